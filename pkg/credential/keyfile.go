@@ -1,0 +1,88 @@
+package credential
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// LoadOrCreateHasher reads the hash key at path, or creates it with fresh
+// random bytes (mode 0600, fsynced, renamed into place) when it does not
+// exist. created reports whether a new key was made, which means every
+// recorded credential hash is now unknown and will be verified once more.
+//
+// A key file of the wrong size is not trusted: it is moved aside to
+// path+".invalid" and a new key is created, which is the safe direction
+// (credentials are verified again, never granted).
+func LoadOrCreateHasher(path string) (h *Hasher, created bool, err error) {
+	key, err := os.ReadFile(path)
+	switch {
+	case err == nil && len(key) == KeySize:
+		if fi, statErr := os.Stat(path); statErr == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path, 0o600); err != nil {
+				return nil, false, fmt.Errorf("failed to restrict permissions of hash key %q: %w", path, err)
+			}
+		}
+		h, err := NewHasher(key)
+		return h, false, err
+	case err == nil:
+		if err := os.Rename(path, path+".invalid"); err != nil {
+			return nil, false, fmt.Errorf("failed to move aside invalid hash key %q: %w", path, err)
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, false, fmt.Errorf("failed to read hash key %q: %w", path, err)
+	}
+
+	key = make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, false, fmt.Errorf("failed to generate hash key: %w", err)
+	}
+	if err := writeFileSync(path, key, 0o600); err != nil {
+		return nil, false, fmt.Errorf("failed to write hash key %q: %w", path, err)
+	}
+	h, err = NewHasher(key)
+	return h, true, err
+}
+
+// writeFileSync writes data to a temporary file beside path, fsyncs it,
+// renames it over path and fsyncs the directory, so that after a crash path
+// holds either nothing or all of data.
+func writeFileSync(path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
