@@ -39,3 +39,40 @@ func (e *PatternError) Error() string {
 
 // Unwrap returns ErrInvalidPattern and the underlying reason.
 func (e *PatternError) Unwrap() []error { return []error{ErrInvalidPattern, e.Err} }
+
+// SecretError is a pull secret, or one entry of it, that the keyring
+// skipped. It names the secret and the field at fault, never its content.
+// Field is "type", "data[KEY]" for the whole data value, or
+// `data[.dockerconfigjson].auths["ENTRY"]` (`data[.dockercfg]["ENTRY"]`)
+// for one entry whose key is not a valid pattern (only that entry is
+// skipped).
+type SecretError struct {
+	Namespace string
+	Name      string
+	UID       string
+	Field     string
+	Err       error
+}
+
+// Error implements error.
+func (e *SecretError) Error() string {
+	return fmt.Sprintf("pull secret %s/%s: %s: %v", e.Namespace, e.Name, e.Field, e.Err)
+}
+
+// Unwrap returns the reason, which wraps one of the category sentinels.
+func (e *SecretError) Unwrap() error { return e.Err }
+
+// ConfigFileError is a node docker config file that could not be read or
+// parsed (and was passed over), or one entry of it that was skipped.
+type ConfigFileError struct {
+	Path string
+	Err  error
+}
+
+// Error implements error.
+func (e *ConfigFileError) Error() string {
+	return fmt.Sprintf("docker config %s: %v", e.Path, e.Err)
+}
+
+// Unwrap returns the reason.
+func (e *ConfigFileError) Unwrap() error { return e.Err }

@@ -1,0 +1,278 @@
+package keyring
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// ConfigEntry is one entry of a docker config: the key it is filed under (a
+// registry, optionally with a scheme, a port and a path) and its
+// credential.
+type ConfigEntry struct {
+	Key  string
+	Auth credential.AuthConfig
+}
+
+// ParseDockerConfigJSON parses the docker CLI's config.json format, the
+// data of a kubernetes.io/dockerconfigjson secret: {"auths": {KEY: ENTRY}}.
+// Other top-level fields (credsStore, credHelpers, HttpHeaders...) are
+// ignored, as the kubelet ignores them; a missing or null "auths" is an
+// empty config.
+//
+// Entries are returned in file order. An entry holds "username",
+// "password", "auth", "identitytoken" and "registrytoken" (field names
+// match case-insensitively; "email" and unknown fields are ignored). When
+// a key appears twice the later entry replaces the earlier one in place,
+// as the docker CLI's map does. Entries without any credential field (as
+// the docker CLI writes when a credential store holds the secret) are
+// left out.
+//
+// "auth" is decoded as the docker CLI decodes it: base64 (padded or not)
+// of "username:password", split at the first colon. It fills Username and
+// Password when both are empty; the raw value is kept in Auth either way.
+//
+// Errors wrap ErrInvalidDockerConfig and never quote the data: a JSON
+// syntax error gives its byte offset, a bad "auth" names its entry key.
+func ParseDockerConfigJSON(data []byte) ([]ConfigEntry, error) {
+	return parseConfig(data, true)
+}
+
+// ParseDockercfg parses the legacy .dockercfg format, the data of a
+// kubernetes.io/dockercfg secret: a bare {KEY: ENTRY} map. Entries are
+// treated as in ParseDockerConfigJSON.
+func ParseDockercfg(data []byte) ([]ConfigEntry, error) {
+	return parseConfig(data, false)
+}
+
+// configEntryJSON is one entry as the docker CLI writes it.
+type configEntryJSON struct {
+	Username      string `json:"username"`
+	Password      string `json:"password"`
+	Auth          string `json:"auth"`
+	Email         string `json:"email"`
+	IdentityToken string `json:"identitytoken"`
+	RegistryToken string `json:"registrytoken"`
+}
+
+// configParser walks a config with a token decoder so that file order is
+// kept (a map would lose it).
+type configParser struct {
+	dec     *json.Decoder
+	entries []ConfigEntry
+	index   map[string]int
+}
+
+func parseConfig(data []byte, wrapped bool) ([]ConfigEntry, error) {
+	p := &configParser{dec: json.NewDecoder(bytes.NewReader(data))}
+	var err error
+	if wrapped {
+		err = p.topLevel()
+	} else {
+		err = p.authsObject("top level", false)
+	}
+	if err == nil {
+		err = p.end()
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := p.entries[:0]
+	for _, e := range p.entries {
+		if !e.Auth.Empty() {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+// topLevel reads {"auths": {...}, ...}.
+func (p *configParser) topLevel() error {
+	if err := p.openObject("top level", false); err != nil {
+		return err
+	}
+	for p.dec.More() {
+		key, err := p.key()
+		if err != nil {
+			return err
+		}
+		if strings.EqualFold(key, "auths") {
+			if err := p.authsObject(`"auths"`, true); err != nil {
+				return err
+			}
+			continue
+		}
+		var skip json.RawMessage
+		if err := p.dec.Decode(&skip); err != nil {
+			return jsonError(err, "")
+		}
+	}
+	return p.closeObject()
+}
+
+// authsObject reads {KEY: ENTRY, ...}, or null when allowNull is set.
+func (p *configParser) authsObject(what string, allowNull bool) error {
+	if err := p.openObject(what, allowNull); err != nil {
+		if errors.Is(err, errNull) {
+			return nil
+		}
+		return err
+	}
+	for p.dec.More() {
+		key, err := p.key()
+		if err != nil {
+			return err
+		}
+		var raw configEntryJSON
+		if err := p.dec.Decode(&raw); err != nil {
+			return jsonError(err, key)
+		}
+		auth, err := entryAuth(raw)
+		if err != nil {
+			return fmt.Errorf("%w: entry %s: %w", ErrInvalidDockerConfig, quoteKey(key), err)
+		}
+		p.add(key, auth)
+	}
+	return p.closeObject()
+}
+
+// add appends an entry, or replaces an earlier entry with the same key.
+func (p *configParser) add(key string, auth credential.AuthConfig) {
+	if i, ok := p.index[key]; ok {
+		p.entries[i].Auth = auth
+		return
+	}
+	if p.index == nil {
+		p.index = make(map[string]int)
+	}
+	p.index[key] = len(p.entries)
+	p.entries = append(p.entries, ConfigEntry{Key: key, Auth: auth})
+}
+
+var errNull = errors.New("null")
+
+// openObject reads the '{' that opens an object. A JSON null gives errNull
+// when allowNull is set, and an error otherwise.
+func (p *configParser) openObject(what string, allowNull bool) error {
+	tok, err := p.dec.Token()
+	if err != nil {
+		return jsonError(err, "")
+	}
+	if tok == nil && allowNull {
+		return errNull
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("%w: %s is not a JSON object", ErrInvalidDockerConfig, what)
+	}
+	return nil
+}
+
+func (p *configParser) closeObject() error {
+	if _, err := p.dec.Token(); err != nil { // the '}' that More() saw
+		return jsonError(err, "")
+	}
+	return nil
+}
+
+func (p *configParser) key() (string, error) {
+	tok, err := p.dec.Token()
+	if err != nil {
+		return "", jsonError(err, "")
+	}
+	key, ok := tok.(string)
+	if !ok {
+		return "", fmt.Errorf("%w: object key is not a string", ErrInvalidDockerConfig)
+	}
+	return key, nil
+}
+
+// end checks that nothing but white space follows the config.
+func (p *configParser) end() error {
+	if _, err := p.dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the top-level object", ErrInvalidDockerConfig)
+	}
+	return nil
+}
+
+// entryAuth turns a decoded entry into an AuthConfig, decoding "auth".
+func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
+	auth := credential.AuthConfig{
+		Username:      raw.Username,
+		Password:      raw.Password,
+		Auth:          raw.Auth,
+		IdentityToken: raw.IdentityToken,
+		RegistryToken: raw.RegistryToken,
+	}
+	if raw.Auth == "" {
+		return auth, nil
+	}
+	user, pass, err := decodeAuth(raw.Auth)
+	if err != nil {
+		return credential.AuthConfig{}, err
+	}
+	if auth.Username == "" && auth.Password == "" {
+		auth.Username, auth.Password = user, pass
+	}
+	return auth, nil
+}
+
+// decodeAuth decodes a docker config "auth" value: base64, padded or not,
+// of "username:password". Errors never include the value.
+func decodeAuth(field string) (user, pass string, err error) {
+	s := strings.TrimSpace(field)
+	enc := base64.RawStdEncoding
+	if strings.HasSuffix(s, "=") {
+		enc = base64.StdEncoding
+	}
+	decoded, err := enc.DecodeString(s)
+	if err != nil {
+		return "", "", errors.New(`field "auth" is not valid base64`)
+	}
+	user, pass, ok := strings.Cut(string(decoded), ":")
+	if !ok {
+		return "", "", errors.New(`field "auth" does not decode to "username:password"`)
+	}
+	return user, strings.Trim(pass, "\x00"), nil
+}
+
+// jsonError describes a JSON decoding error without quoting the data:
+// encoding/json's messages can echo a character of the input, which may be
+// part of a password.
+func jsonError(err error, key string) error {
+	where := ""
+	if key != "" {
+		where = "entry " + quoteKey(key) + ": "
+	}
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("%w: %smalformed JSON at byte offset %d", ErrInvalidDockerConfig, where, syntax.Offset)
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Errorf("%w: %snot a JSON object", ErrInvalidDockerConfig, where)
+	case errors.As(err, &typ):
+		return fmt.Errorf("%w: %sfield %q has the wrong JSON type, want %s", ErrInvalidDockerConfig, where, typ.Field, typ.Type)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fmt.Errorf("%w: %sunexpected end of JSON", ErrInvalidDockerConfig, where)
+	default:
+		return fmt.Errorf("%w: %smalformed JSON", ErrInvalidDockerConfig, where)
+	}
+}
+
+// maxKeyInError bounds how much of an entry key an error quotes.
+const maxKeyInError = 128
+
+// quoteKey quotes an entry key (a registry name, not a credential) for an
+// error message, truncated so a huge key cannot flood a log.
+func quoteKey(key string) string {
+	if len(key) > maxKeyInError {
+		return fmt.Sprintf("%q...", key[:maxKeyInError])
+	}
+	return fmt.Sprintf("%q", key)
+}

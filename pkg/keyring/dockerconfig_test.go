@@ -1,0 +1,195 @@
+package keyring_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/keyring"
+)
+
+func TestParseDockerConfigJSONFixture(t *testing.T) {
+	got, err := keyring.ParseDockerConfigJSON(fixture(t, "config.json"))
+	require.NoError(t, err)
+	want := []keyring.ConfigEntry{
+		{Key: "https://index.docker.io/v1/", Auth: credential.AuthConfig{Username: "hubuser", Password: "pw-hub-K2m", Auth: b64("hubuser:pw-hub-K2m")}},
+		{Key: "registry.example", Auth: credential.AuthConfig{Username: "team-a", Password: "pw-team-a-Xq7"}},
+		{Key: "*.example", Auth: credential.AuthConfig{Username: "wild", Password: "pw-wild-J9p", Auth: b64("wild:pw-wild-J9p")}},
+		{Key: "registry.example:5000/team-b", Auth: credential.AuthConfig{IdentityToken: "idtok-team-b-Zr4"}},
+		// "creds-in-store.example" has no credential fields: left out.
+	}
+	require.Len(t, got, len(want))
+	for i := range want {
+		assert.Equal(t, want[i].Key, got[i].Key, "entry %d key (file order)", i)
+		assertSameAuth(t, want[i].Auth, got[i].Auth, want[i].Key)
+	}
+}
+
+func TestParseDockercfgFixture(t *testing.T) {
+	got, err := keyring.ParseDockercfg(fixture(t, "dockercfg"))
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, "registry.example", got[0].Key)
+	assertSameAuth(t, credential.AuthConfig{Username: "legacy", Password: "pw-legacy-Tt1", Auth: b64("legacy:pw-legacy-Tt1")}, got[0].Auth, got[0].Key)
+	assert.Equal(t, "http://legacy.example/v2/", got[1].Key)
+	assertSameAuth(t, credential.AuthConfig{Username: "old", Password: "pw-old-Vb3"}, got[1].Auth, got[1].Key)
+}
+
+func TestParseDockerConfigEntries(t *testing.T) {
+	tests := []struct {
+		name    string
+		auths   string // the "auths" object; also tried bare as a .dockercfg
+		wantKey []string
+		want    []credential.AuthConfig
+	}{
+		{
+			name:    "auth fills username and password",
+			auths:   `{"r.example":{"auth":"` + b64("alice:pw-s3cret-Qz8") + `"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: b64("alice:pw-s3cret-Qz8")}},
+		},
+		{
+			name:    "unpadded auth",
+			auths:   `{"r.example":{"auth":"YWxpY2U6cHctczNjcmV0LVF6OA"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: "YWxpY2U6cHctczNjcmV0LVF6OA"}},
+		},
+		{
+			name:    "password split at the first colon",
+			auths:   `{"r.example":{"auth":"` + b64("alice:pw:s3cret") + `"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw:s3cret", Auth: b64("alice:pw:s3cret")}},
+		},
+		{
+			name:    "trailing NULs trimmed from the password",
+			auths:   `{"r.example":{"auth":"` + b64("alice:pw\x00\x00") + `"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw", Auth: b64("alice:pw\x00\x00")}},
+		},
+		{
+			name:    "explicit username and password win over auth",
+			auths:   `{"r.example":{"username":"bob","password":"pw-s3cret-Qz8","auth":"` + b64("alice:other") + `"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "bob", Password: "pw-s3cret-Qz8", Auth: b64("alice:other")}},
+		},
+		{
+			name:    "every token field kept, email ignored",
+			auths:   `{"r.example":{"identitytoken":"idtok-team-b-Zr4","registrytoken":"regtok-Lm5","email":"x@example.test","unknown":1}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{IdentityToken: "idtok-team-b-Zr4", RegistryToken: "regtok-Lm5"}},
+		},
+		{
+			name:    "field names match case-insensitively",
+			auths:   `{"r.example":{"Username":"bob","PASSWORD":"pw-s3cret-Qz8","IdentityToken":"idtok-team-b-Zr4"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "bob", Password: "pw-s3cret-Qz8", IdentityToken: "idtok-team-b-Zr4"}},
+		},
+		{
+			name:    "file order kept",
+			auths:   `{"z.example":{"username":"z"},"a.example":{"username":"a"},"m.example":{"username":"m"}}`,
+			wantKey: []string{"z.example", "a.example", "m.example"},
+			want:    []credential.AuthConfig{{Username: "z"}, {Username: "a"}, {Username: "m"}},
+		},
+		{
+			name:    "repeated key: the later entry replaces the earlier in place",
+			auths:   `{"a.example":{"username":"first"},"b.example":{"username":"b"},"a.example":{"username":"second"}}`,
+			wantKey: []string{"a.example", "b.example"},
+			want:    []credential.AuthConfig{{Username: "second"}, {Username: "b"}},
+		},
+		{
+			name:    "empty and null entries left out",
+			auths:   `{"a.example":{},"b.example":null,"c.example":{"email":"only@example.test"}}`,
+			wantKey: []string{},
+			want:    []credential.AuthConfig{},
+		},
+		{
+			name:    "empty object",
+			auths:   `{}`,
+			wantKey: []string{},
+			want:    []credential.AuthConfig{},
+		},
+	}
+	for _, tt := range tests {
+		check := func(t *testing.T, got []keyring.ConfigEntry, err error) {
+			require.NoError(t, err)
+			require.Len(t, got, len(tt.wantKey))
+			for i := range tt.wantKey {
+				assert.Equal(t, tt.wantKey[i], got[i].Key)
+				assertSameAuth(t, tt.want[i], got[i].Auth, tt.wantKey[i])
+			}
+		}
+		t.Run(tt.name+"/dockerconfigjson", func(t *testing.T) {
+			got, err := keyring.ParseDockerConfigJSON([]byte(`{"auths":` + tt.auths + `}`))
+			check(t, got, err)
+		})
+		t.Run(tt.name+"/dockercfg", func(t *testing.T) {
+			got, err := keyring.ParseDockercfg([]byte(tt.auths))
+			check(t, got, err)
+		})
+	}
+}
+
+func TestParseDockerConfigJSONTopLevel(t *testing.T) {
+	tests := []struct {
+		name     string
+		data     string
+		wantKeys int
+	}{
+		{name: "no auths", data: `{"credsStore":"desktop"}`, wantKeys: 0},
+		{name: "null auths", data: `{"auths":null}`, wantKeys: 0},
+		{name: "auths key case-insensitive", data: `{"Auths":{"r.example":{"username":"u"}}}`, wantKeys: 1},
+		{name: "auths after other fields", data: `{"a":[1,{"b":null}],"auths":{"r.example":{"username":"u"}},"c":"d"}`, wantKeys: 1},
+		{name: "surrounding white space", data: " \n{\"auths\":{}}\n\t", wantKeys: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := keyring.ParseDockerConfigJSON([]byte(tt.data))
+			require.NoError(t, err)
+			assert.Len(t, got, tt.wantKeys)
+		})
+	}
+}
+
+func TestParseDockerConfigErrors(t *testing.T) {
+	tests := []struct {
+		name      string
+		data      string
+		legacy    bool   // parse as .dockercfg
+		wantInErr string // a fragment the message must hold
+	}{
+		{name: "not JSON", data: `pw-s3cret-Qz8`, wantInErr: "malformed JSON"},
+		{name: "empty", data: ``, wantInErr: "unexpected end"},
+		{name: "truncated", data: `{"auths":{"r.example":{"password":"pw-s3cret-Qz8"`, wantInErr: "unexpected end"},
+		{name: "bad escape inside a password", data: `{"auths":{"r.example":{"password":"pw-s3cret-Qz8\q"}}}`, wantInErr: "byte offset"},
+		{name: "top level array", data: `["pw-s3cret-Qz8"]`, wantInErr: "top level is not a JSON object"},
+		{name: "top level null", data: `null`, wantInErr: "top level is not a JSON object"},
+		{name: "auths array", data: `{"auths":["pw-s3cret-Qz8"]}`, wantInErr: `"auths" is not a JSON object`},
+		{name: "entry not an object", data: `{"auths":{"r.example":"pw-s3cret-Qz8"}}`, wantInErr: `entry "r.example": not a JSON object`},
+		{name: "password of the wrong type", data: `{"auths":{"r.example":{"password":12345678}}}`, wantInErr: `field "password" has the wrong JSON type`},
+		{name: "bad base64 auth", data: `{"auths":{"r.example":{"auth":"pw-s3cret-Qz8!!"}}}`, wantInErr: `entry "r.example": field "auth" is not valid base64`},
+		{name: "auth without a colon", data: `{"auths":{"r.example":{"auth":"` + b64("pw-s3cret-Qz8") + `"}}}`, wantInErr: `does not decode to "username:password"`},
+		{name: "data after the object", data: `{"auths":{}} {"pw-s3cret-Qz8":1}`, wantInErr: "data after the top-level object"},
+		{name: "legacy: not an object", data: `"pw-s3cret-Qz8"`, legacy: true, wantInErr: "top level is not a JSON object"},
+		{name: "legacy: null", data: `null`, legacy: true, wantInErr: "top level is not a JSON object"},
+		{name: "legacy: bad auth", data: `{"r.example":{"auth":"%%%pw-s3cret-Qz8"}}`, legacy: true, wantInErr: `entry "r.example"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			parse := keyring.ParseDockerConfigJSON
+			if tt.legacy {
+				parse = keyring.ParseDockercfg
+			}
+			got, err := parse([]byte(tt.data))
+			require.Error(t, err)
+			assert.Nil(t, got)
+			assert.ErrorIs(t, err, keyring.ErrInvalidDockerConfig)
+			assertNoSecrets(t, err.Error())
+			assert.NotContains(t, err.Error(), "12345678")
+			if !t.Failed() { // the message is safe to print
+				assert.Contains(t, err.Error(), tt.wantInErr)
+			}
+		})
+	}
+}
