@@ -1,0 +1,230 @@
+package credentialprovider
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	configv1 "k8s.io/kubelet/config/v1"
+	configv1alpha1 "k8s.io/kubelet/config/v1alpha1"
+	configv1beta1 "k8s.io/kubelet/config/v1beta1"
+)
+
+// Config is a loaded credential provider configuration: the providers of
+// every file, in file-name order and then in each file's order.
+type Config struct {
+	Providers []Provider
+}
+
+// Provider is one exec credential provider, whichever apiVersion of
+// CredentialProviderConfig declared it.
+type Provider struct {
+	// Name is the plugin's executable name under the bin directory.
+	Name string
+	// MatchImages are the image patterns the plugin is run for.
+	MatchImages []string
+	// DefaultCacheDuration applies when a response sets no cacheDuration;
+	// zero disables caching.
+	DefaultCacheDuration time.Duration
+	// APIVersion is the credentialprovider.kubelet.k8s.io version of the
+	// request and of the expected response.
+	APIVersion string
+	// Args and Env are passed to the plugin; Env is added to the node's
+	// environment and overrides variables of the same name.
+	Args []string
+	Env  []EnvVar
+	// TokenAttributes, when set, put the provider in service-account-token
+	// mode.
+	TokenAttributes *TokenAttributes
+
+	// File is the configuration file the provider came from and Index its
+	// position in that file's providers list; errors use them.
+	File  string
+	Index int
+}
+
+// EnvVar is one environment variable for a plugin.
+type EnvVar struct {
+	Name  string
+	Value string
+}
+
+// TokenCacheType is how credentials from a service-account-token provider
+// are cached: per token or per service account.
+type TokenCacheType string
+
+// The token cache types of kubelet.config.k8s.io/v1.
+const (
+	TokenCacheToken          TokenCacheType = TokenCacheType(configv1.TokenServiceAccountTokenCacheType)
+	TokenCacheServiceAccount TokenCacheType = TokenCacheType(configv1.ServiceAccountServiceAccountTokenCacheType)
+)
+
+// TokenAttributes configure service-account-token mode.
+type TokenAttributes struct {
+	// Audience is the audience of the bound service account token.
+	Audience string
+	// CacheType is Token or ServiceAccount.
+	CacheType TokenCacheType
+	// RequireServiceAccount: when true the plugin is skipped for pods
+	// without a service account; when false such pods get the plugin
+	// without a token.
+	RequireServiceAccount bool
+	// RequiredAnnotationKeys must all be present on the service account;
+	// OptionalAnnotationKeys are passed when present.
+	RequiredAnnotationKeys []string
+	OptionalAnnotationKeys []string
+}
+
+var (
+	configScheme = runtime.NewScheme()
+	configCodecs = serializer.NewCodecFactory(configScheme, serializer.EnableStrict)
+)
+
+func init() {
+	utilruntime.Must(configv1.AddToScheme(configScheme))
+	utilruntime.Must(configv1beta1.AddToScheme(configScheme))
+	utilruntime.Must(configv1alpha1.AddToScheme(configScheme))
+}
+
+// LoadConfig reads a CredentialProviderConfig from path, a file or a
+// directory. For a directory every regular file whose name does not start
+// with "." is read, in name order (files reached through symbolic links
+// count, so a mounted ConfigMap works). Each file holds one
+// CredentialProviderConfig of apiVersion kubelet.config.k8s.io/v1, v1beta1
+// or v1alpha1, in JSON or YAML, decoded strictly: unknown or duplicate
+// fields are errors. The result is validated (see Validate) except for the
+// rules that depend on feature gates, which NewManager checks. Errors wrap
+// ErrInvalidConfig and name the file and the field.
+func LoadConfig(path string) (*Config, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%w: no path given", ErrInvalidConfig)
+	}
+	files, err := configFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &Config{}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("%w: failed to read %q: %w", ErrInvalidConfig, file, err)
+		}
+		providers, err := decodeConfig(file, data)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Providers = append(cfg.Providers, providers...)
+	}
+	if err := cfg.validate(validateOptions{checkGate: false}); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// configFiles lists the files LoadConfig reads for path.
+func configFiles(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if !fi.IsDir() {
+		return []string{path}, nil
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: failed to read directory %q: %w", ErrInvalidConfig, path, err)
+	}
+	var files []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		full := filepath.Join(path, e.Name())
+		st, err := os.Stat(full) // follows symbolic links
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		if st.Mode().IsRegular() {
+			files = append(files, full)
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("%w: no configuration files in directory %q", ErrInvalidConfig, path)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// decodeConfig strictly decodes one file into providers.
+func decodeConfig(file string, data []byte) ([]Provider, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil, &ConfigError{File: file, Err: errors.New("file is empty")}
+	}
+	obj, gvk, err := configCodecs.UniversalDeserializer().Decode(data, nil, nil)
+	if err != nil {
+		// Strict decoding errors name the unknown or duplicate fields.
+		return nil, &ConfigError{File: file, Err: fmt.Errorf("cannot decode: %w", err)}
+	}
+	var (
+		providers []Provider
+		errs      field.ErrorList
+	)
+	switch c := obj.(type) {
+	case *configv1.CredentialProviderConfig:
+		providers, errs = fromV1(c)
+	case *configv1beta1.CredentialProviderConfig:
+		providers, errs = fromV1beta1(c)
+	case *configv1alpha1.CredentialProviderConfig:
+		providers, errs = fromV1alpha1(c)
+	default:
+		return nil, &ConfigError{File: file, Errs: field.ErrorList{
+			field.NotSupported(field.NewPath("kind"), gvk.Kind, []string{"CredentialProviderConfig"}),
+		}}
+	}
+	if len(errs) > 0 {
+		return nil, &ConfigError{File: file, Errs: errs}
+	}
+	for i := range providers {
+		providers[i].File, providers[i].Index = file, i
+	}
+	return providers, nil
+}
+
+// ConfigError is an invalid configuration file: the file and either the
+// field errors (each naming its path, such as providers[1].matchImages[0])
+// or the decoding error. errors.Is(err, ErrInvalidConfig) holds.
+type ConfigError struct {
+	File string
+	Errs field.ErrorList
+	Err  error
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	msg := ErrInvalidConfig.Error()
+	if e.File != "" {
+		msg += " " + strconv.Quote(e.File)
+	}
+	switch {
+	case e.Err != nil:
+		return msg + ": " + e.Err.Error()
+	case len(e.Errs) > 0:
+		return msg + ": " + e.Errs.ToAggregate().Error()
+	}
+	return msg
+}
+
+// Is reports whether target is ErrInvalidConfig.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap returns the decoding error, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }

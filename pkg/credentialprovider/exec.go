@@ -1,0 +1,206 @@
+package credentialprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// pipeDrainGrace bounds how long a run waits, once the plugin's process
+// group is gone, for its output pipes to close. Only a descendant that left
+// the group (setsid) and kept the pipes open can make it expire.
+const pipeDrainGrace = 2 * time.Second
+
+// runSpec is one plugin execution.
+type runSpec struct {
+	path  string
+	args  []string
+	env   []string
+	stdin []byte
+	// limits on what is kept of stdout and stderr; more is an error.
+	stdoutMax, stderrMax int
+}
+
+// runResult is what came back from a run that could be started. stderr is
+// kept (up to its limit) even when the run failed, for the log.
+type runResult struct {
+	stdout   []byte
+	stderr   []byte
+	exitCode int // -1 when killed by a signal
+}
+
+// runFailure classifies why a started run failed.
+type runFailure struct {
+	kind   ErrorKind
+	detail string
+	err    error
+}
+
+// run starts spec.path in its own process group, writes spec.stdin to it,
+// and collects stdout and stderr up to their limits. When ctx ends (the
+// timeout or a cancellation) or an output overflows, the whole group gets
+// SIGKILL, so the plugin's children die with it. The group is also killed
+// once the plugin exits, so no straggler outlives a run.
+func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
+	var res runResult
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW)
+		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(inR, inW, outR, outW)
+		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+	}
+
+	cmd := exec.Command(spec.path, spec.args...)
+	cmd.Env = spec.env
+	cmd.Dir = filepath.Dir(spec.path)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		closeAll(inR, inW, outR, outW, errR, errW)
+		return res, &runFailure{kind: KindStart, detail: "cannot start", err: sanitizeStartError(err)}
+	}
+	// The child holds its own copies; the parent keeps only its ends.
+	closeAll(inR, outW, errW)
+	pgid := cmd.Process.Pid
+
+	var (
+		killOnce sync.Once
+		overflow = make(chan string, 2)
+	)
+	kill := func() {
+		killOnce.Do(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+	}
+
+	go func() {
+		// The request is small; a plugin that never reads stdin only makes
+		// this write fail or block until the pipe is closed below.
+		_, _ = inW.Write(spec.stdin)
+		_ = inW.Close()
+	}()
+
+	var readers sync.WaitGroup
+	var stdout, stderr limitedBuffer
+	stdout.max, stderr.max = spec.stdoutMax, spec.stderrMax
+	readers.Add(2)
+	go drain(&readers, outR, &stdout, func() { overflow <- "stdout"; kill() })
+	go drain(&readers, errR, &stderr, func() { overflow <- "stderr"; kill() })
+
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+
+	var waitErr error
+	ctxEnded := false
+	select {
+	case waitErr = <-waited:
+	case <-ctx.Done():
+		ctxEnded = true
+		kill()
+		waitErr = <-waited
+	}
+	// Kill whatever the plugin left behind in its group, then let the
+	// readers reach end of file.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	timer := time.NewTimer(pipeDrainGrace)
+	select {
+	case <-drained:
+		timer.Stop()
+	case <-timer.C:
+		closeAll(outR, errR)
+		<-drained
+	}
+	_ = inW.Close()
+
+	res.stdout, res.stderr = stdout.buf, stderr.buf
+	if ee := (*exec.ExitError)(nil); errors.As(waitErr, &ee) {
+		res.exitCode = ee.ExitCode()
+	}
+
+	select {
+	case which := <-overflow:
+		limit := spec.stdoutMax
+		if which == "stderr" {
+			limit = spec.stderrMax
+		}
+		return res, &runFailure{kind: KindOutputTooLarge, detail: fmt.Sprintf("wrote more than %d bytes to %s and was killed", limit, which)}
+	default:
+	}
+	if ctxEnded {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return res, &runFailure{kind: KindTimeout, detail: "did not finish in time and was killed", err: context.DeadlineExceeded}
+		}
+		return res, &runFailure{kind: KindCanceled, detail: "run canceled and plugin killed", err: context.Cause(ctx)}
+	}
+	if waitErr != nil {
+		if res.exitCode == -1 {
+			return res, &runFailure{kind: KindExit, detail: "killed by a signal", err: waitErr}
+		}
+		if res.exitCode > 0 {
+			return res, &runFailure{kind: KindExit, detail: fmt.Sprintf("exited with status %d", res.exitCode)}
+		}
+		return res, &runFailure{kind: KindExit, detail: "wait failed", err: waitErr}
+	}
+	return res, nil
+}
+
+// limitedBuffer keeps up to max bytes.
+type limitedBuffer struct {
+	buf []byte
+	max int
+}
+
+// drain copies r into b until end of file. Past b.max it calls onOverflow
+// once and keeps discarding, so the writer never blocks on a full pipe.
+func drain(wg *sync.WaitGroup, r *os.File, b *limitedBuffer, onOverflow func()) {
+	defer wg.Done()
+	defer r.Close()
+	chunk := make([]byte, 32*1024)
+	over := false
+	for {
+		n, err := r.Read(chunk)
+		if n > 0 && !over {
+			if len(b.buf)+n > b.max {
+				over = true
+				onOverflow()
+			} else {
+				b.buf = append(b.buf, chunk[:n]...)
+			}
+		}
+		if err != nil {
+			// io.EOF once every writer is gone, os.ErrClosed after the
+			// drain grace; either way the run is over.
+			return
+		}
+	}
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		_ = f.Close()
+	}
+}
+
+// sanitizeStartError keeps the cause of a failed start (not found,
+// permission denied, exec format error) without anything else.
+func sanitizeStartError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

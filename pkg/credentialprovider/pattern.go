@@ -1,0 +1,72 @@
+package credentialprovider
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/pullguard/pullguard/pkg/keyring"
+)
+
+// errSchemeInPattern rejects "https://registry.example": kubelet image
+// patterns name a registry, not a URL.
+var errSchemeInPattern = errors.New("must not include a scheme")
+
+// compilePattern checks and compiles one matchImages entry or response
+// auth key with keyring.ParsePattern (the matching rules of the whole
+// module), and also rejects a scheme. The returned error is the keyring's
+// reason without the pattern itself, so callers decide whether to show it.
+func compilePattern(p string) (keyring.Pattern, error) {
+	if strings.Contains(p, "://") {
+		return keyring.Pattern{}, errSchemeInPattern
+	}
+	pat, err := keyring.ParsePattern(p)
+	if err != nil {
+		var pe *keyring.PatternError
+		if errors.As(err, &pe) {
+			return keyring.Pattern{}, pe.Err
+		}
+		return keyring.Pattern{}, err
+	}
+	return pat, nil
+}
+
+// validatePattern reports whether p is a valid image pattern.
+func validatePattern(p string) error {
+	_, err := compilePattern(p)
+	return err
+}
+
+// specificity ranks a pattern for ordering the credentials of one
+// response, in the order the keyring documents: an exact host before a
+// wildcard host, then more path segments, then more literal host
+// characters. Higher sorts first.
+type specificity struct {
+	exactHost bool
+	segments  int
+	literal   int
+}
+
+func specificityOf(p string) specificity {
+	hostport, path, _ := strings.Cut(p, "/")
+	host, _, _ := strings.Cut(hostport, ":")
+	path = strings.Trim(path, "/")
+	s := specificity{
+		exactHost: !strings.Contains(host, "*"),
+		literal:   len(host) - strings.Count(host, "*"),
+	}
+	if path != "" {
+		s.segments = strings.Count(path, "/") + 1
+	}
+	return s
+}
+
+// before reports whether a sorts before b.
+func (a specificity) before(b specificity) bool {
+	if a.exactHost != b.exactHost {
+		return a.exactHost
+	}
+	if a.segments != b.segments {
+		return a.segments > b.segments
+	}
+	return a.literal > b.literal
+}

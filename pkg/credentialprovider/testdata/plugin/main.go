@@ -1,0 +1,195 @@
+// Command plugin is a credential provider plugin for the tests of package
+// credentialprovider. The tests build it into a temporary directory; its
+// behaviour is chosen by flags (the provider's args):
+//
+//	-mode good       answer with credentials derived from the image
+//	-mode slow       like good, after -delay
+//	-mode hang       start a grandchild (its pid in -pidfile), then never answer
+//	-mode crash      write to stderr and exit 3
+//	-mode garbage    print text that is not JSON
+//	-mode huge       print more than any test's stdout limit
+//	-mode hugeerr    print more than any test's stderr limit to stderr
+//	-mode echo-sa    answer with the service account token as the password and
+//	                 the annotations as the username
+//	-mode fail-once  exit 1 on the first run (per -record file), then like good
+//
+// -record FILE appends one line per run ("<image> token=<yes|no>"), so the
+// tests can count runs. -key-type, -duration, -auth-keys, -api-version and
+// -kind shape the response; in -auth-keys, "{image}" and "{registry}" are
+// replaced by the request's image and its registry.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+)
+
+type request struct {
+	APIVersion                string            `json:"apiVersion"`
+	Kind                      string            `json:"kind"`
+	Image                     string            `json:"image"`
+	ServiceAccountToken       string            `json:"serviceAccountToken"`
+	ServiceAccountAnnotations map[string]string `json:"serviceAccountAnnotations"`
+}
+
+type authConfig struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+type response struct {
+	APIVersion    string                `json:"apiVersion"`
+	Kind          string                `json:"kind"`
+	CacheKeyType  string                `json:"cacheKeyType"`
+	CacheDuration *string               `json:"cacheDuration,omitempty"`
+	Auth          map[string]authConfig `json:"auth"`
+}
+
+func main() {
+	mode := flag.String("mode", "good", "behaviour")
+	record := flag.String("record", "", "file to append one line per run to")
+	keyType := flag.String("key-type", "Image", "cacheKeyType of the response")
+	duration := flag.String("duration", "", "cacheDuration of the response (empty: unset)")
+	authKeys := flag.String("auth-keys", "{image}", "comma-separated auth keys")
+	apiVersion := flag.String("api-version", "", "apiVersion of the response (default: the request's)")
+	kind := flag.String("kind", "CredentialProviderResponse", "kind of the response")
+	delay := flag.Duration("delay", 0, "delay before answering")
+	pidfile := flag.String("pidfile", "", "where -mode hang writes its grandchild's pid")
+	flag.Parse()
+
+	if *mode == "grandchild" {
+		select {}
+	}
+
+	data, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fail("read stdin: %v", err)
+	}
+	var req request
+	if err := json.Unmarshal(data, &req); err != nil {
+		fail("decode request: %v", err)
+	}
+	runs := 0
+	if *record != "" {
+		runs = appendRecord(*record, req)
+	}
+
+	switch *mode {
+	case "hang":
+		self, err := os.Executable()
+		if err != nil {
+			fail("executable: %v", err)
+		}
+		child := exec.Command(self, "-mode", "grandchild")
+		child.Stdout, child.Stderr = os.Stdout, os.Stderr
+		if err := child.Start(); err != nil {
+			fail("start grandchild: %v", err)
+		}
+		if *pidfile != "" {
+			if err := os.WriteFile(*pidfile, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
+				fail("pidfile: %v", err)
+			}
+		}
+		select {}
+	case "crash":
+		fmt.Fprintln(os.Stderr, "plugin: simulated crash")
+		os.Exit(3)
+	case "garbage":
+		fmt.Print("{\"apiVersion\": this is not json")
+		return
+	case "huge":
+		chunk := strings.Repeat("x", 64<<10)
+		for i := 0; i < 64; i++ {
+			fmt.Print(chunk)
+		}
+		return
+	case "hugeerr":
+		chunk := strings.Repeat("e", 64<<10)
+		for i := 0; i < 64; i++ {
+			fmt.Fprint(os.Stderr, chunk)
+		}
+		return
+	case "fail-once":
+		if runs <= 1 {
+			fmt.Fprintln(os.Stderr, "plugin: first run fails")
+			os.Exit(1)
+		}
+	case "slow":
+		time.Sleep(*delay)
+	}
+
+	resp := response{
+		APIVersion:   req.APIVersion,
+		Kind:         *kind,
+		CacheKeyType: *keyType,
+		Auth:         map[string]authConfig{},
+	}
+	if *apiVersion != "" {
+		resp.APIVersion = *apiVersion
+	}
+	if *duration != "" {
+		resp.CacheDuration = duration
+	}
+	registry, _, _ := strings.Cut(req.Image, "/")
+	for _, k := range strings.Split(*authKeys, ",") {
+		if k == "" {
+			continue
+		}
+		key := strings.NewReplacer("{image}", req.Image, "{registry}", registry).Replace(k)
+		a := authConfig{Username: "user:" + key, Password: "pass:" + req.Image}
+		if *mode == "echo-sa" {
+			a = authConfig{Username: annotations(req.ServiceAccountAnnotations), Password: req.ServiceAccountToken}
+		}
+		resp.Auth[key] = a
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
+		fail("encode: %v", err)
+	}
+}
+
+func annotations(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ";")
+}
+
+// appendRecord appends one line for this run and returns how many runs the
+// file now records.
+func appendRecord(path string, req request) int {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		fail("record: %v", err)
+	}
+	token := "no"
+	if req.ServiceAccountToken != "" {
+		token = "yes"
+	}
+	if _, err := fmt.Fprintf(f, "%s token=%s\n", req.Image, token); err != nil {
+		fail("record: %v", err)
+	}
+	_ = f.Close()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail("record: %v", err)
+	}
+	return strings.Count(string(data), "\n")
+}
+
+func fail(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "plugin: "+format+"\n", args...)
+	os.Exit(2)
+}
