@@ -1,0 +1,68 @@
+package keyring
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// Merge returns a keyring that asks each of krs in argument order and
+// returns their candidates in that order: all of the first keyring's
+// candidates (in its own order), then the second's, and so on. A pod's
+// keyring is Merge(pull secrets, node, credential provider plugins).
+//
+// A candidate whose hash equals an earlier candidate's (the same
+// credential for the same registry) is left out, so the first, more
+// specific or earlier source is the one tried and recorded. (Candidates
+// from other keyrings that carry no hash are never left out.)
+//
+// A keyring's error does not stop the others: Lookup returns every
+// candidate found together with the errors joined. An image that does not
+// parse is an error wrapping ErrInvalidImage and asks no keyring. Nil
+// keyrings are ignored.
+func Merge(krs ...Keyring) Keyring {
+	var flat merged
+	for _, kr := range krs {
+		switch kr := kr.(type) {
+		case nil:
+		case merged:
+			flat = append(flat, kr...)
+		default:
+			flat = append(flat, kr)
+		}
+	}
+	return flat
+}
+
+type merged []Keyring
+
+var _ Keyring = merged(nil)
+
+// Lookup implements Keyring.
+func (m merged) Lookup(ctx context.Context, image string) ([]credential.Credential, error) {
+	im, err := ParseImage(image)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out  []credential.Credential
+		errs []error
+	)
+	for _, kr := range m {
+		if mt, ok := kr.(matcher); ok {
+			out = mt.appendMatches(out, im)
+			continue
+		}
+		found, err := kr.Lookup(ctx, image)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, c := range found {
+			if c.Hash.IsZero() || !containsHash(out, c.Hash) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,134 @@
+package keyring
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// Node docker config file names.
+const (
+	// ConfigJSONFile is the docker CLI's config file ({"auths": {...}}).
+	ConfigJSONFile = "config.json"
+	// DockercfgFile is the legacy docker config file (a bare map).
+	DockercfgFile = ".dockercfg"
+)
+
+// maxConfigFileSize bounds how much of a node config file is read.
+const maxConfigFileSize = 10 << 20
+
+// DefaultNodeConfigFiles returns the files the kubelet searches for the
+// node's docker credentials, in its order: config.json in rootDir (the
+// kubelet's --root-dir; skipped when empty), the working directory,
+// $HOME/.docker and /.docker; then .dockercfg in rootDir, the working
+// directory, $HOME and /. A directory that cannot be determined is left
+// out, and no file is listed twice.
+func DefaultNodeConfigFiles(rootDir string) []string {
+	wd, _ := os.Getwd()
+	home, _ := os.UserHomeDir()
+	var jsonDirs, cfgDirs []string
+	for _, d := range []string{rootDir, wd} {
+		if d != "" {
+			jsonDirs = append(jsonDirs, d)
+			cfgDirs = append(cfgDirs, d)
+		}
+	}
+	if home != "" {
+		jsonDirs = append(jsonDirs, filepath.Join(home, ".docker"))
+	}
+	jsonDirs = append(jsonDirs, filepath.Join(string(filepath.Separator), ".docker"))
+	if home != "" {
+		cfgDirs = append(cfgDirs, home)
+	}
+	cfgDirs = append(cfgDirs, string(filepath.Separator))
+
+	var files []string
+	seen := make(map[string]bool)
+	add := func(dir, name string) {
+		f := filepath.Join(dir, name)
+		if abs, err := filepath.Abs(f); err == nil {
+			f = abs
+		}
+		if !seen[f] {
+			seen[f] = true
+			files = append(files, f)
+		}
+	}
+	for _, d := range jsonDirs {
+		add(d, ConfigJSONFile)
+	}
+	for _, d := range cfgDirs {
+		add(d, DockercfgFile)
+	}
+	return files
+}
+
+// NodeKeyring returns the keyring of the node's docker config: the first
+// of files that exists and parses (see DefaultNodeConfigFiles for the
+// kubelet's list). A file named .dockercfg is read as the legacy format,
+// any other as config.json. Every credential's Source is SourceNode with
+// the file's path as its Name: every pod on the node may use it.
+//
+// As in the kubelet, a file that cannot be read or parsed is passed over
+// for the next one. Those files, and entries whose key is not a valid
+// pattern (skipped alone), are reported in the returned error as joined
+// *ConfigFileError values; the keyring is never nil and is empty when no
+// file was found. h must not be nil.
+func NodeKeyring(h *credential.Hasher, files []string) (Keyring, error) {
+	var errs []error
+	for _, path := range files {
+		if path == "" {
+			continue
+		}
+		parsed, err := readConfigFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			klog.V(5).InfoS("No node docker config here", "path", path)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, &ConfigFileError{Path: path, Err: err})
+			continue
+		}
+		src := credential.Source{Kind: credential.SourceNode, Name: path}
+		entries := make([]*entry, 0, len(parsed))
+		for _, ce := range parsed {
+			p, err := parsePattern(ce.Key, true)
+			if err != nil {
+				errs = append(errs, &ConfigFileError{Path: path, Err: &PatternError{Pattern: ce.Key, Err: err}})
+				continue
+			}
+			entries = append(entries, &entry{pattern: p, auth: ce.Auth, source: src})
+		}
+		klog.V(2).InfoS("Using node docker config", "path", path, "entries", len(entries))
+		return newStaticKeyring(h, entries), errors.Join(errs...)
+	}
+	return newStaticKeyring(h, nil), errors.Join(errs...)
+}
+
+// readConfigFile reads and parses one node config file. Its error is
+// fs.ErrNotExist-compatible when the file is absent.
+func readConfigFile(path string) ([]ConfigEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read: %w", err)
+	}
+	if len(data) > maxConfigFileSize {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalidDockerConfig, maxConfigFileSize)
+	}
+	if filepath.Base(path) == DockercfgFile {
+		return ParseDockercfg(data)
+	}
+	return ParseDockerConfigJSON(data)
+}

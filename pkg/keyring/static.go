@@ -1,0 +1,162 @@
+package keyring
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"sync/atomic"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// matcher is implemented by this package's keyrings: it appends the
+// candidates for an already parsed image to dst, leaving out any whose
+// hash is already in dst. Merge uses it to parse an image once.
+type matcher interface {
+	appendMatches(dst []credential.Credential, im Image) []credential.Credential
+}
+
+// entry is one credential filed under one pattern.
+type entry struct {
+	pattern Pattern
+	auth    credential.AuthConfig
+	source  credential.Source
+	// hashes caches the credential's hash per registry it was presented
+	// to: one registry for an exact-host pattern, a few for a wildcard.
+	// It is copied on write, so readers never lock.
+	hashes atomic.Pointer[[]registryHash]
+}
+
+type registryHash struct {
+	registry string
+	hash     credential.Hash
+}
+
+// maxCachedHashes bounds the per-entry hash cache; a wildcard pattern
+// matching more registries than this hashes the rest on each look-up.
+const maxCachedHashes = 16
+
+// hash returns the keyed hash of the entry's credential presented to
+// registry, from the cache when it is there.
+func (e *entry) hash(h *credential.Hasher, registry string) credential.Hash {
+	cached := e.hashes.Load()
+	if cached != nil {
+		for _, rh := range *cached {
+			if rh.registry == registry {
+				return rh.hash
+			}
+		}
+	}
+	sum := h.Hash(registry, e.auth)
+	for {
+		var next []registryHash
+		if cached != nil {
+			if len(*cached) >= maxCachedHashes {
+				return sum
+			}
+			next = append(slices.Clip(*cached), registryHash{registry, sum})
+		} else {
+			next = []registryHash{{registry, sum}}
+		}
+		if e.hashes.CompareAndSwap(cached, &next) {
+			return sum
+		}
+		cached = e.hashes.Load()
+	}
+}
+
+// staticKeyring is a fixed list of entries, sorted most specific first.
+type staticKeyring struct {
+	hasher  *credential.Hasher
+	entries []*entry
+}
+
+var (
+	_ Keyring = (*staticKeyring)(nil)
+	_ matcher = (*staticKeyring)(nil)
+)
+
+// newStaticKeyring sorts entries (given in source order) most specific
+// first; the sort is stable, so source order breaks ties.
+func newStaticKeyring(h *credential.Hasher, entries []*entry) *staticKeyring {
+	if h == nil {
+		panic("keyring: nil credential.Hasher")
+	}
+	sort.SliceStable(entries, func(i, j int) bool {
+		return moreSpecific(&entries[i].pattern, &entries[j].pattern)
+	})
+	return &staticKeyring{hasher: h, entries: entries}
+}
+
+// Lookup implements Keyring.
+func (k *staticKeyring) Lookup(_ context.Context, image string) ([]credential.Credential, error) {
+	im, err := ParseImage(image)
+	if err != nil {
+		return nil, err
+	}
+	return k.appendMatches(nil, im), nil
+}
+
+func (k *staticKeyring) appendMatches(dst []credential.Credential, im Image) []credential.Credential {
+	for _, e := range k.entries {
+		if !e.pattern.Match(im) {
+			continue
+		}
+		sum := e.hash(k.hasher, im.Registry)
+		if containsHash(dst, sum) {
+			continue
+		}
+		dst = append(dst, credential.Credential{
+			Registry: im.Registry,
+			Auth:     e.auth,
+			Source:   e.source,
+			Hash:     sum,
+		})
+	}
+	return dst
+}
+
+// containsHash reports whether a candidate with hash sum is in cs. Lists
+// are short (a handful of candidates), so a scan beats a map.
+func containsHash(cs []credential.Credential, sum credential.Hash) bool {
+	for i := range cs {
+		if cs[i].Hash == sum {
+			return true
+		}
+	}
+	return false
+}
+
+// NewStatic returns a keyring of fixed credentials, keyed by image pattern
+// as a docker config is (a scheme and a leading "/v1/" or "/v2/" path are
+// ignored), all from one source. It suits credential provider responses,
+// whose "auth" map has this shape. Candidates are ordered as documented in
+// the package; patterns that tie are in lexical order of their keys.
+// Entries with an empty AuthConfig are left out.
+//
+// A key that is not a valid pattern is skipped and reported in the
+// returned error (a *PatternError per key, joined); the returned keyring
+// is never nil and holds every other entry. h must not be nil.
+func NewStatic(h *credential.Hasher, src credential.Source, auths map[string]credential.AuthConfig) (Keyring, error) {
+	keys := make([]string, 0, len(auths))
+	for k := range auths {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	entries := make([]*entry, 0, len(keys))
+	var errs []error
+	for _, key := range keys {
+		auth := auths[key]
+		if auth.Empty() {
+			continue
+		}
+		p, err := parsePattern(key, true)
+		if err != nil {
+			errs = append(errs, &PatternError{Pattern: key, Err: err})
+			continue
+		}
+		entries = append(entries, &entry{pattern: p, auth: auth, source: src})
+	}
+	return newStaticKeyring(h, entries), errors.Join(errs...)
+}

@@ -1,0 +1,109 @@
+package keyring_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/keyring"
+)
+
+var pluginSource = credential.Source{Kind: credential.SourceNode, Name: "ecr-credential-provider"}
+
+func TestNewStatic(t *testing.T) {
+	h := testHasher(t)
+	kr, err := keyring.NewStatic(h, pluginSource, map[string]credential.AuthConfig{
+		"b.example":                   {Username: "b", Password: "pw-s3cret-Qz8"},
+		"*.example":                   {Username: "wild", Password: "pw-s3cret-Qz8"},
+		"https://a.example/v1/":       {Username: "a", Password: "pw-s3cret-Qz8"},
+		"a.example/team":              {Username: "a-team", Password: "pw-s3cret-Qz8"},
+		"a.example/*":                 {Username: "bad", Password: "pw-s3cret-Qz8"},
+		"a.example:":                  {Username: "bad", Password: "pw-s3cret-Qz8"},
+		"empty.example":               {},
+		"*.dkr.ecr.*.amazonaws.com":   {Username: "AWS", Password: "pw-s3cret-Qz8"},
+		"1.dkr.ecr.*.amazonaws.com":   {Username: "AWS-1", Password: "pw-s3cret-Qz8"},
+		"1.dkr.ecr.eu.amazonaws.com/": {Username: "AWS-exact", Password: "pw-s3cret-Qz8"},
+	})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, keyring.ErrInvalidPattern)
+	assert.Contains(t, err.Error(), `"a.example/*"`)
+	assert.Contains(t, err.Error(), `"a.example:"`)
+	assertNoSecrets(t, err.Error())
+
+	tests := []struct {
+		name  string
+		image string
+		users []string
+	}{
+		{name: "path before host before wildcard", image: "a.example/team/app", users: []string{"a-team", "a", "wild"}},
+		{name: "v1 path ignored", image: "a.example/other", users: []string{"a", "wild"}},
+		{name: "empty credentials left out", image: "empty.example/app", users: []string{"wild"}},
+		{name: "more literal wildcard first", image: "1.dkr.ecr.eu.amazonaws.com/app", users: []string{"AWS-exact", "AWS-1", "AWS"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := kr.Lookup(context.Background(), tt.image)
+			require.NoError(t, err)
+			users := make([]string, 0, len(got))
+			for _, c := range got {
+				users = append(users, c.Auth.Username)
+				assert.Equal(t, pluginSource, c.Source)
+			}
+			assert.Equal(t, tt.users, users)
+			assertHashes(t, h, got)
+		})
+	}
+}
+
+func TestNewStaticTiesInKeyOrder(t *testing.T) {
+	h := testHasher(t)
+	kr, err := keyring.NewStatic(h, pluginSource, map[string]credential.AuthConfig{
+		"*.b.example": {Username: "b"},
+		"*.a.example": {Username: "never"},
+		"x.*.example": {Username: "x"},
+		"c.*.example": {Username: "never"},
+		"*.*.example": {Username: "any"},
+	})
+	require.NoError(t, err)
+	got, err := kr.Lookup(context.Background(), "x.b.example/app")
+	require.NoError(t, err)
+	// "*.b.example" and "x.*.example" tie on every rule: lexical key order.
+	assert.Equal(t, []summary{
+		{Registry: "x.b.example", Source: pluginSource, User: "b"},
+		{Registry: "x.b.example", Source: pluginSource, User: "x"},
+		{Registry: "x.b.example", Source: pluginSource, User: "any"},
+	}, summarize(got))
+}
+
+// TestWildcardHashCache checks the per-entry hash cache under concurrent
+// look-ups for more registries than the cache holds (run with -race).
+func TestWildcardHashCache(t *testing.T) {
+	h := testHasher(t)
+	auth := credential.AuthConfig{Username: "u", Password: "pw-s3cret-Qz8"}
+	kr, err := keyring.NewStatic(h, pluginSource, map[string]credential.AuthConfig{"*.example": auth})
+	require.NoError(t, err)
+
+	const registries = 40
+	var wg sync.WaitGroup
+	results := make([][]credential.Credential, registries*4)
+	errs := make([]error, len(results))
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = kr.Lookup(context.Background(), fmt.Sprintf("r%d.example/app", i%registries))
+		}()
+	}
+	wg.Wait()
+	for i, got := range results {
+		require.NoError(t, errs[i])
+		require.Len(t, got, 1)
+		assert.Equal(t, fmt.Sprintf("r%d.example", i%registries), got[0].Registry)
+		assert.True(t, got[0].Hash == h.Hash(got[0].Registry, auth), "look-up %d: wrong hash", i)
+	}
+}
