@@ -1,0 +1,22 @@
+// Package credtracker remembers which credentials successfully pulled each
+// image, and decides whether a pod may use an image that is already present
+// without proving to the registry that it may read it (KEP-2535,
+// "ensure secret pulled images").
+//
+// Records are kept per image ref (the runtime's image ID) and per
+// repository name, and hold only keyed hashes of credentials and the
+// coordinates of where they came from (a Secret's or ServiceAccount's
+// namespace, name and uid), never credential material. They are stored in
+// an embedded bbolt database, written with one fsynced transaction per
+// change, and served from memory: a decision reads no disk and takes no
+// lock.
+//
+// Every pull is preceded by a durable pull intent; an intent left behind
+// by a crash becomes, at the next start, a record with no known credentials
+// for the image it names, so the next pod must verify. A store or record
+// that cannot be read is never trusted: the tracker fails safe, requiring
+// verification, and says so in its logs, metrics and Status.
+//
+// The decision rules are those of the pullguard design (section 3); see
+// Tracker.Decide and docs/decision-matrix.md.
+package credtracker

@@ -1,0 +1,76 @@
+package credtracker
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+const (
+	metricsNamespace = "pullguard"
+	metricsSubsystem = "credtracker"
+)
+
+var (
+	checksTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "checks_total",
+		Help:           "Image decisions by action (use, pull, never_pull) and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"action", "reason"})
+
+	recordsGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "records",
+		Help:           "Image pulled records, on disk and in memory.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"location"})
+
+	intentsGauge = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "pull_intents",
+		Help:           "Image pull intents not yet resolved.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	unreadableTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "unreadable_records_total",
+		Help:           "Records found unreadable and set aside; their images require verification.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	recoveriesTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "store_recoveries_total",
+		Help:           "Times the record store could not be read and was rebuilt from the runtime's image list.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	storeErrorsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "store_errors_total",
+		Help:           "Failed writes to the record store, by operation.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"operation"})
+
+	writeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "write_duration_seconds",
+		Help:           "Duration of durable record store writes.",
+		Buckets:        metrics.ExponentialBuckets(0.0005, 2, 12),
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+// Metrics returns the package's metrics, for the caller to register (for
+// example with legacyregistry.MustRegister). Unregistered metrics record
+// nothing.
+func Metrics() []metrics.Registerable {
+	return []metrics.Registerable{checksTotal, recordsGauge, intentsGauge, unreadableTotal, recoveriesTotal, storeErrorsTotal, writeDuration}
+}

@@ -1,0 +1,312 @@
+package credtracker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// File names under Config.Dir.
+const (
+	StoreFile   = "records.db"
+	HashKeyFile = "hashkey"
+)
+
+// Config configures an enabled tracker.
+type Config struct {
+	// Dir holds the record store and the hash key. Required.
+	Dir string
+	// Policy is the verification policy; empty means DefaultPolicy.
+	Policy Policy
+	// Allowlist is the preloadedImagesVerificationAllowlist, used with
+	// NeverVerifyAllowlistedImages.
+	Allowlist []string
+	// CredentialMaxAge, when positive, makes a recorded credential older
+	// than it count for nothing: its holders verify again. Off by default.
+	CredentialMaxAge time.Duration
+	// MaxEntries bounds each repository's secret and service account
+	// lists; 0 means DefaultMaxEntries.
+	MaxEntries int
+}
+
+// Option sets an optional dependency of New.
+type Option func(*tracker)
+
+// WithClock sets the clock (tests use a fake one).
+func WithClock(c clock.PassiveClock) Option { return func(t *tracker) { t.clock = c } }
+
+// WithLogger sets the logger.
+func WithLogger(l klog.Logger) Option { return func(t *tracker) { t.logger = l } }
+
+// Enabled is the Tracker New returns: it also exposes the hasher the
+// records were made with.
+type Enabled interface {
+	Tracker
+	// Hasher is the node-local credential hasher; keyrings must hash with it.
+	Hasher() *credential.Hasher
+}
+
+// New opens (or creates) the record store under cfg.Dir and returns the
+// tracker for the enabled feature gate. inv lists the runtime's images; it
+// is used now, to turn leftover pull intents into records and to rebuild
+// an unreadable store, and never again.
+//
+// An unreadable store is not an error: it is kept aside, a new store is
+// seeded with a record of unknown origin for every present image, and the
+// recovery is reported in the log, the metrics and Status. New fails only
+// for bad configuration or when the directory cannot be used at all.
+func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (Enabled, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("credential tracker: Dir is required")
+	}
+	policy, err := ParsePolicy(string(cfg.Policy))
+	if err != nil {
+		return nil, err
+	}
+	allowlist, err := NewAllowlist(cfg.Allowlist)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.CredentialMaxAge < 0 {
+		return nil, fmt.Errorf("credential tracker: CredentialMaxAge %s must not be negative", cfg.CredentialMaxAge)
+	}
+	t := &tracker{
+		policy:     policy,
+		allowlist:  allowlist,
+		maxAge:     cfg.CredentialMaxAge,
+		maxEntries: cfg.MaxEntries,
+		clock:      clock.RealClock{},
+		logger:     klog.Background(),
+		intents:    map[string]int{},
+		inflight:   map[string]int{},
+	}
+	if t.maxEntries <= 0 {
+		t.maxEntries = DefaultMaxEntries
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	t.logger = t.logger.WithName("credtracker")
+
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create credential tracker directory: %w", err)
+	}
+	hasher, created, err := credential.LoadOrCreateHasher(filepath.Join(cfg.Dir, HashKeyFile))
+	if err != nil {
+		return nil, err
+	}
+	t.hasher = hasher
+	t.status.HashKeyCreated = created
+
+	path := filepath.Join(cfg.Dir, StoreFile)
+	c, err := t.open(path)
+	if errors.Is(err, errStoreCorrupt) {
+		c, err = t.recover(ctx, path, err, inv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if created && len(c.records) > 0 {
+		t.logger.Info("Credential hash key was created; every recorded credential will be verified with its registry once more", "records", len(c.records))
+	}
+	if err := t.adopt(ctx, c, inv); err != nil {
+		t.store.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// open opens the store and reads it; both failures that mean "corrupt" wrap
+// errStoreCorrupt.
+func (t *tracker) open(path string) (contents, error) {
+	s, err := openStore(path, false)
+	if err != nil {
+		return contents{}, err
+	}
+	c, err := s.load()
+	if err != nil {
+		s.close()
+		return contents{}, err
+	}
+	t.store = s
+	return c, nil
+}
+
+// recover sets an unreadable store aside and starts a new one seeded from
+// the runtime's image list.
+func (t *tracker) recover(ctx context.Context, path string, cause error, inv ImageInventory) (contents, error) {
+	now := t.clock.Now()
+	aside := fmt.Sprintf("%s.unreadable-%s", path, now.UTC().Format("20060102T150405.000000000Z"))
+	if err := os.Rename(path, aside); err != nil {
+		return contents{}, fmt.Errorf("record store is unreadable (%v) and could not be set aside: %w", cause, err)
+	}
+	recoveriesTotal.Inc()
+	t.logger.Error(cause, "Record store is unreadable; it was set aside and a new one is being seeded from the runtime's images, which will all require credential verification", "asidePath", aside)
+	s, err := openStore(path, false)
+	if err != nil {
+		return contents{}, fmt.Errorf("failed to create a new record store after setting aside an unreadable one: %w", err)
+	}
+	t.store = s
+	st := storeStatus{RecoveredAt: now, RecoveryReason: truncate(cause.Error(), 1024), AsidePath: aside, SeedPending: true}
+	if err := s.putStatus(st); err != nil {
+		s.close()
+		return contents{}, fmt.Errorf("failed to write the new record store: %w", err)
+	}
+	return contents{records: map[string]*ImageRecord{}, unreadable: map[string]error{}, intents: map[string]bool{}, status: st}, nil
+}
+
+// adopt installs what was read, quarantines unreadable records, resolves
+// leftover intents and completes a pending seed.
+func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) error {
+	now := t.clock.Now()
+	for ref, r := range c.records {
+		t.images.Store(ref, r)
+	}
+	t.status.RecoveredAt, t.status.RecoveryReason, t.status.AsidePath = c.status.RecoveredAt, c.status.RecoveryReason, c.status.AsidePath
+
+	for ref, cause := range c.unreadable {
+		unreadableTotal.Inc()
+		r := &ImageRecord{ImageRef: ref, UnknownOrigin: truncate("record unreadable: "+cause.Error(), 512), Repositories: map[string]*RepositoryRecord{}, Updated: now}
+		t.logger.Error(cause, "Image record is unreadable; it was set aside and the image requires credential verification under every name", "imageRef", ref)
+		t.images.Store(ref, r)
+		if err := t.write("quarantine", func() error { return t.store.quarantine(r) }); err != nil {
+			return fmt.Errorf("failed to set aside an unreadable record: %w", err)
+		}
+	}
+	t.status.UnreadableRecords = len(c.unreadable)
+
+	var images []Image
+	var listErr error
+	listed := false
+	list := func() ([]Image, error) {
+		if !listed {
+			images, listErr = listImages(ctx, inv)
+			listed = true
+		}
+		return images, listErr
+	}
+
+	if c.status.SeedPending {
+		imgs, err := list()
+		if err != nil {
+			t.degraded.Store(true)
+			t.logger.Error(err, "Cannot list the runtime's images to rebuild the record store; every present image requires credential verification until a restart succeeds")
+		} else if err := t.seed(imgs, c.status, now); err != nil {
+			return err
+		}
+	}
+
+	if len(c.intents) > 0 {
+		imgs, err := list()
+		if err != nil {
+			// Keep the intents: their names stay "in flight" and require
+			// verification until a later start can resolve them.
+			t.logger.Error(err, "Cannot list the runtime's images to resolve leftover pull intents; their images require credential verification", "intents", len(c.intents))
+			for key := range c.intents {
+				repo, _ := RepositoryName(key)
+				t.intentMu.Lock()
+				t.inflight[repo]++
+				t.intentMu.Unlock()
+			}
+			t.status.Intents = len(c.intents)
+		} else if err := t.resolveIntents(c.intents, imgs, now); err != nil {
+			return err
+		}
+	}
+
+	n := 0
+	t.images.Range(func(_, _ any) bool { n++; return true })
+	t.count.Store(int64(n))
+	t.setMemoryCount(int64(n))
+	t.setDiskCount(n)
+	intentsGauge.Set(float64(t.status.Intents))
+	t.logger.V(1).Info("Credential tracker started", "records", n, "policy", t.policy, "unreadable", t.status.UnreadableRecords)
+	return nil
+}
+
+// seed writes a record of unknown origin for every present image (after a
+// recovery) and clears the pending mark, in one transaction each.
+func (t *tracker) seed(imgs []Image, st storeStatus, now time.Time) error {
+	var put []*ImageRecord
+	for _, img := range imgs {
+		r := &ImageRecord{ImageRef: img.Ref, UnknownOrigin: "record store was rebuilt at " + now.UTC().Format(time.RFC3339), Repositories: map[string]*RepositoryRecord{}, Updated: now}
+		if v, ok := t.images.Load(img.Ref); ok {
+			r = v.(*ImageRecord).clone()
+			if r.UnknownOrigin == "" {
+				r.UnknownOrigin = "record store was rebuilt at " + now.UTC().Format(time.RFC3339)
+			}
+		}
+		t.images.Store(img.Ref, r)
+		put = append(put, r)
+	}
+	if err := t.write("seed", func() error { return t.store.apply(put, nil, nil) }); err != nil {
+		return fmt.Errorf("failed to seed the new record store: %w", err)
+	}
+	st.SeedPending = false
+	if err := t.write("seed", func() error { return t.store.putStatus(st) }); err != nil {
+		return fmt.Errorf("failed to seed the new record store: %w", err)
+	}
+	t.logger.Info("Seeded the new record store from the runtime's images", "images", len(imgs))
+	return nil
+}
+
+// resolveIntents turns each leftover intent whose image is present into a
+// record with no known credentials for its repository name, and removes
+// all leftover intents.
+func (t *tracker) resolveIntents(intents map[string]bool, imgs []Image, now time.Time) error {
+	byName := map[string]string{}
+	for _, img := range imgs {
+		for _, n := range img.Names {
+			if key, err := normalizedImage(n); err == nil {
+				byName[key] = img.Ref
+			}
+		}
+	}
+	var put []*ImageRecord
+	var keys []string
+	for key := range intents {
+		keys = append(keys, key)
+		ref, ok := byName[key]
+		if !ok {
+			continue
+		}
+		repo, _ := RepositoryName(key)
+		var cur *ImageRecord
+		if v, ok := t.images.Load(ref); ok {
+			cur = v.(*ImageRecord)
+		}
+		next := cur.withPulledUnknown(ref, repo, now)
+		if next != cur {
+			t.images.Store(ref, next)
+			put = append(put, next)
+		}
+		t.logger.Info("A pull was interrupted before it was recorded; the image requires credential verification", "image", key, "imageRef", ref)
+	}
+	err := t.write("intent", func() error { return t.store.apply(put, nil, keys) })
+	if err != nil {
+		return fmt.Errorf("failed to resolve leftover pull intents: %w", err)
+	}
+	return nil
+}
+
+func listImages(ctx context.Context, inv ImageInventory) ([]Image, error) {
+	if inv == nil {
+		return nil, errors.New("no image inventory was given")
+	}
+	return inv.ListImages(ctx)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -1,0 +1,356 @@
+package credtracker
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// tracker is the Tracker for the enabled feature.
+//
+// Reads are lock-free: images maps an image ref to an immutable
+// *ImageRecord, replaced whole on every change. Writers serialize on
+// writeMu, which is held across the durable write so that memory and disk
+// change in the same order. The in-flight intent counts have their own
+// small lock, never held across I/O.
+type tracker struct {
+	policy     Policy
+	allowlist  *Allowlist
+	maxAge     time.Duration
+	maxEntries int
+	clock      clock.PassiveClock
+	logger     klog.Logger
+	store      *store
+	hasher     *credential.Hasher
+
+	images   sync.Map // image ref -> *ImageRecord
+	degraded atomic.Bool
+	count    atomic.Int64 // records in memory
+
+	diskCount int // records on disk, guarded by writeMu
+
+	writeMu sync.Mutex
+
+	intentMu sync.Mutex
+	intents  map[string]int // normalized image -> pulls in flight
+	inflight map[string]int // repository name -> pulls in flight
+
+	status Status // guarded by writeMu after start-up
+}
+
+var _ Tracker = (*tracker)(nil)
+
+// Hasher returns the node-local credential hasher the tracker's records
+// were made with; keyrings must hash credentials with it.
+func (t *tracker) Hasher() *credential.Hasher { return t.hasher }
+
+func (t *tracker) Decide(req Request) Decision {
+	d := t.decide(req)
+	checksTotal.WithLabelValues(d.Action.String(), string(d.Reason)).Inc()
+	return d
+}
+
+func (t *tracker) decide(req Request) Decision {
+	if req.PullPolicy == corev1.PullAlways {
+		return Decision{Action: Pull, Reason: ReasonAlways}
+	}
+	if req.ImageRef == "" {
+		return deny(req, ReasonAbsent)
+	}
+	if t.policy == NeverVerify {
+		return Decision{Action: UseImage, Reason: ReasonPolicyNeverVerify}
+	}
+	repo, err := RepositoryName(req.Image)
+	if err != nil {
+		return deny(req, ReasonInvalidImageName)
+	}
+
+	var rec *ImageRecord
+	if v, ok := t.images.Load(req.ImageRef); ok {
+		rec = v.(*ImageRecord)
+	}
+	var rr *RepositoryRecord
+	if rec != nil {
+		rr = rec.Repositories[repo]
+	}
+	if rr == nil {
+		// The node has no record of pulling this image under this name.
+		switch {
+		case rec != nil && rec.UnknownOrigin != "":
+			return deny(req, ReasonUnknownOrigin)
+		case t.degraded.Load():
+			return deny(req, ReasonRecordsUnreadable)
+		case t.pullInFlight(repo):
+			return deny(req, ReasonPullInFlight)
+		case t.policy == AlwaysVerify:
+			return deny(req, ReasonAlwaysVerify)
+		case t.policy == NeverVerifyAllowlistedImages && !t.allowlist.Match(repo):
+			return deny(req, ReasonNotAllowlisted)
+		case t.policy == NeverVerifyAllowlistedImages:
+			return Decision{Action: UseImage, Reason: ReasonAllowlisted}
+		default:
+			return Decision{Action: UseImage, Reason: ReasonPreloaded}
+		}
+	}
+	return t.match(req, repo, rec, rr)
+}
+
+// match applies rule 4: may the pod use an image the node pulled under
+// this name, with what it can show?
+func (t *tracker) match(req Request, repo string, rec *ImageRecord, rr *RepositoryRecord) Decision {
+	var now time.Time
+	if t.maxAge > 0 {
+		now = t.clock.Now()
+	}
+	expired := false
+	fresh := func(verified time.Time) bool {
+		if t.maxAge <= 0 || now.Sub(verified) <= t.maxAge {
+			return true
+		}
+		expired = true
+		return false
+	}
+	if rr.NodeAccessible && fresh(rr.Updated) {
+		return Decision{Action: UseImage, Reason: ReasonNodeAccessible}
+	}
+	if req.Credentials == nil {
+		return deny(req, noMatch(expired))
+	}
+	creds := req.Credentials()
+	for i := range creds {
+		for j := range rr.Secrets {
+			if rr.Secrets[j].Hash == creds[i].Hash && fresh(rr.Secrets[j].Verified) {
+				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
+			}
+		}
+	}
+	for i := range creds {
+		src := creds[i].Source
+		switch src.Kind {
+		case credential.SourceSecret:
+			for j := range rr.Secrets {
+				if rr.Secrets[j].sameObject(src) && fresh(rr.Secrets[j].Verified) {
+					t.rememberRotation(req.ImageRef, repo, src, creds[i].Hash)
+					return Decision{Action: UseImage, Reason: ReasonSecretRotated}
+				}
+			}
+		case credential.SourceServiceAccount:
+			for j := range rr.ServiceAccounts {
+				if rr.ServiceAccounts[j].sameObject(src) && fresh(rr.ServiceAccounts[j].Verified) {
+					return Decision{Action: UseImage, Reason: ReasonServiceAccount}
+				}
+			}
+		}
+	}
+	return deny(req, noMatch(expired))
+}
+
+func noMatch(expired bool) Reason {
+	if expired {
+		return ReasonExpired
+	}
+	return ReasonNoMatch
+}
+
+// deny is the outcome when the pod must prove access: a pull for
+// IfNotPresent, ErrImageNeverPull for Never.
+func deny(req Request, reason Reason) Decision {
+	if req.PullPolicy == corev1.PullNever {
+		return Decision{Action: FailNeverPull, Reason: reason}
+	}
+	return Decision{Action: Pull, Reason: reason}
+}
+
+func (t *tracker) pullInFlight(repo string) bool {
+	t.intentMu.Lock()
+	defer t.intentMu.Unlock()
+	return t.inflight[repo] > 0
+}
+
+// rememberRotation stores a rotated secret's new hash, so that later pods
+// match by hash. A failure is logged: the coordinates still match.
+func (t *tracker) rememberRotation(ref, repo string, src credential.Source, h credential.Hash) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	v, ok := t.images.Load(ref)
+	if !ok {
+		return
+	}
+	cur := v.(*ImageRecord)
+	next := cur.withSecretHash(repo, src, h, t.clock.Now())
+	if next == cur {
+		return
+	}
+	t.images.Store(ref, next)
+	if err := t.write("rotate", func() error { return t.store.apply([]*ImageRecord{next}, nil, nil) }); err != nil {
+		t.logger.Error(err, "Failed to store a rotated secret's hash; it will be matched by its coordinates again", "imageRef", ref, "repository", repo, "secret", klog.KRef(src.Namespace, src.Name))
+	}
+}
+
+func (t *tracker) RecordPullIntent(image string) error {
+	key, err := normalizedImage(image)
+	if err != nil {
+		return fmt.Errorf("failed to record pull intent: %w", err)
+	}
+	repo, _ := RepositoryName(key)
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	t.intentMu.Lock()
+	first := t.intents[key] == 0
+	t.intents[key]++
+	t.inflight[repo]++
+	t.intentMu.Unlock()
+	if !first {
+		return nil
+	}
+	if err := t.write("intent", func() error { return t.store.putIntent(key) }); err != nil {
+		t.releaseIntent(key, repo)
+		return fmt.Errorf("failed to record pull intent for %q: %w", image, err)
+	}
+	t.status.Intents++
+	intentsGauge.Set(float64(t.status.Intents))
+	return nil
+}
+
+func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Credential) error {
+	key, err := normalizedImage(image)
+	if err != nil {
+		return fmt.Errorf("failed to record pulled image: %w", err)
+	}
+	if imageRef == "" {
+		return fmt.Errorf("failed to record pulled image %q: empty image ref", image)
+	}
+	repo, _ := RepositoryName(key)
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+
+	var cur *ImageRecord
+	if v, ok := t.images.Load(imageRef); ok {
+		cur = v.(*ImageRecord)
+	}
+	next := cur.withPull(imageRef, repo, cred.Source, cred.Hash, t.clock.Now(), t.maxEntries)
+	// Memory first, then the intent count: at no instant is the pull
+	// neither in flight nor recorded.
+	t.images.Store(imageRef, next)
+	if cur == nil {
+		t.setMemoryCount(t.count.Add(1))
+	}
+	last := t.releaseIntent(key, repo)
+	intentKey := ""
+	if last {
+		intentKey = key
+	}
+	err = t.write("record", func() error { return t.store.putRecord(next, intentKey) })
+	if err != nil {
+		return fmt.Errorf("failed to store the record of %q (%s): %w", image, imageRef, err)
+	}
+	if cur == nil {
+		t.setDiskCount(t.diskCount + 1)
+	}
+	if last {
+		t.status.Intents--
+		intentsGauge.Set(float64(t.status.Intents))
+	}
+	return nil
+}
+
+func (t *tracker) RecordImagePullFailed(image string) error {
+	key, err := normalizedImage(image)
+	if err != nil {
+		return fmt.Errorf("failed to resolve pull intent: %w", err)
+	}
+	repo, _ := RepositoryName(key)
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	if !t.releaseIntent(key, repo) {
+		return nil
+	}
+	if err := t.write("intent", func() error { return t.store.deleteIntent(key) }); err != nil {
+		// A leftover intent only asks for more verification after a restart.
+		return fmt.Errorf("failed to remove pull intent for %q: %w", image, err)
+	}
+	t.status.Intents--
+	intentsGauge.Set(float64(t.status.Intents))
+	return nil
+}
+
+// releaseIntent decrements the in-flight counts and reports whether this
+// was the last pull of key in flight.
+func (t *tracker) releaseIntent(key, repo string) (last bool) {
+	t.intentMu.Lock()
+	defer t.intentMu.Unlock()
+	if t.intents[key] == 0 {
+		return false
+	}
+	t.intents[key]--
+	if t.intents[key] == 0 {
+		delete(t.intents, key)
+		last = true
+	}
+	if t.inflight[repo]--; t.inflight[repo] <= 0 {
+		delete(t.inflight, repo)
+	}
+	return last
+}
+
+// write runs one durable store operation, timing it and counting failures.
+func (t *tracker) write(op string, fn func() error) error {
+	start := time.Now()
+	err := fn()
+	writeDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		storeErrorsTotal.WithLabelValues(op).Inc()
+	}
+	return err
+}
+
+func (t *tracker) setMemoryCount(n int64) {
+	recordsGauge.WithLabelValues("memory").Set(float64(n))
+}
+
+// setDiskCount must be called with writeMu held.
+func (t *tracker) setDiskCount(n int) {
+	t.diskCount = n
+	recordsGauge.WithLabelValues("disk").Set(float64(n))
+}
+
+func (t *tracker) Records() []ImageRecord {
+	var out []ImageRecord
+	t.images.Range(func(_, v any) bool {
+		out = append(out, *v.(*ImageRecord).clone())
+		return true
+	})
+	slices.SortFunc(out, func(a, b ImageRecord) int {
+		switch {
+		case a.ImageRef < b.ImageRef:
+			return -1
+		case a.ImageRef > b.ImageRef:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (t *tracker) Status() Status {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	s := t.status
+	s.Records = int(t.count.Load())
+	s.Degraded = t.degraded.Load()
+	return s
+}
+
+func (t *tracker) Close() error {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	return t.store.close()
+}
