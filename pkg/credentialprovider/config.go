@@ -113,18 +113,24 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, err
 	}
 	cfg := &Config{}
+	// Fields only the versioned types can show missing; reported together
+	// with the validation errors of the same file.
+	missing := map[string]field.ErrorList{}
 	for _, file := range files {
 		data, err := os.ReadFile(file)
 		if err != nil {
 			return nil, fmt.Errorf("%w: failed to read %q: %w", ErrInvalidConfig, file, err)
 		}
-		providers, err := decodeConfig(file, data)
+		providers, errs, err := decodeConfig(file, data)
 		if err != nil {
 			return nil, err
 		}
+		if len(errs) > 0 {
+			missing[file] = errs
+		}
 		cfg.Providers = append(cfg.Providers, providers...)
 	}
-	if err := cfg.validate(validateOptions{checkGate: false}); err != nil {
+	if err := cfg.validate(validateOptions{missing: missing}); err != nil {
 		return nil, err
 	}
 	return cfg, nil
@@ -164,15 +170,16 @@ func configFiles(path string) ([]string, error) {
 	return files, nil
 }
 
-// decodeConfig strictly decodes one file into providers.
-func decodeConfig(file string, data []byte) ([]Provider, error) {
+// decodeConfig strictly decodes one file into providers, and reports the
+// required fields that are missing.
+func decodeConfig(file string, data []byte) ([]Provider, field.ErrorList, error) {
 	if len(strings.TrimSpace(string(data))) == 0 {
-		return nil, &ConfigError{File: file, Err: errors.New("file is empty")}
+		return nil, nil, &ConfigError{File: file, Err: errors.New("file is empty")}
 	}
 	obj, gvk, err := configCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
 		// Strict decoding errors name the unknown or duplicate fields.
-		return nil, &ConfigError{File: file, Err: fmt.Errorf("cannot decode: %w", err)}
+		return nil, nil, &ConfigError{File: file, Err: fmt.Errorf("cannot decode: %w", err)}
 	}
 	var (
 		providers []Provider
@@ -186,17 +193,14 @@ func decodeConfig(file string, data []byte) ([]Provider, error) {
 	case *configv1alpha1.CredentialProviderConfig:
 		providers, errs = fromV1alpha1(c)
 	default:
-		return nil, &ConfigError{File: file, Errs: field.ErrorList{
+		return nil, nil, &ConfigError{File: file, Errs: field.ErrorList{
 			field.NotSupported(field.NewPath("kind"), gvk.Kind, []string{"CredentialProviderConfig"}),
 		}}
-	}
-	if len(errs) > 0 {
-		return nil, &ConfigError{File: file, Errs: errs}
 	}
 	for i := range providers {
 		providers[i].File, providers[i].Index = file, i
 	}
-	return providers, nil
+	return providers, errs, nil
 }
 
 // ConfigError is an invalid configuration file: the file and either the

@@ -19,6 +19,8 @@ type validateOptions struct {
 	// ServiceAccountTokenForCredentialProviders gate, whose value is saGate.
 	checkGate bool
 	saGate    bool
+	// missing holds, by file, required fields found missing at decoding.
+	missing map[string]field.ErrorList
 }
 
 // Validate checks cfg as the kubelet does when it starts, with the
@@ -42,6 +44,12 @@ func (c *Config) validate(o validateOptions) error {
 			files = append(files, file)
 		}
 		byFile[file] = append(byFile[file], errs...)
+	}
+	for i := range c.Providers {
+		if f := c.Providers[i].File; o.missing[f] != nil {
+			add(f, o.missing[f]...)
+			delete(o.missing, f)
+		}
 	}
 	seen := map[string]*Provider{}
 	for i := range c.Providers {
