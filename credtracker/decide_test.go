@@ -43,6 +43,9 @@ func TestDecide(t *testing.T) {
 		setup func(e *env)
 		creds func(e *env) []credential.Credential
 		want  map[credtracker.Policy]outcome
+		// mutates: the decision itself changes the record (a rotation), so
+		// each pull policy gets a fresh store.
+		mutates bool
 	}{
 		{
 			name: "absent image", image: appImage, ref: "",
@@ -118,7 +121,8 @@ func TestDecide(t *testing.T) {
 			creds: func(e *env) []credential.Credential {
 				return []credential.Credential{e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "rotated")}
 			},
-			want: verifiedByNode(use(credtracker.ReasonSecretRotated)),
+			want:    verifiedByNode(use(credtracker.ReasonSecretRotated)),
+			mutates: true,
 		},
 		{
 			name: "recreated secret: same name, new uid, new content", image: appImage, ref: refApp,
@@ -207,26 +211,37 @@ func TestDecide(t *testing.T) {
 	}
 	for _, tt := range tests {
 		for _, policy := range policies {
-			for _, pp := range []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullNever, corev1.PullAlways} {
-				t.Run(tt.name+"/"+string(policy)+"/"+string(pp), func(t *testing.T) {
-					e := newEnv(t, credtracker.Config{Policy: policy, Allowlist: []string{"registry.example/public/*"}})
+			t.Run(tt.name+"/"+string(policy), func(t *testing.T) {
+				t.Parallel()
+				cfg := credtracker.Config{Policy: policy, Allowlist: []string{"registry.example/public/*"}}
+				fresh := func(t *testing.T) *env {
+					e := newEnv(t, cfg)
 					if tt.setup != nil {
 						tt.setup(e)
 					}
-					req := credtracker.Request{Image: tt.image, ImageRef: tt.ref, PullPolicy: pp}
-					if tt.creds != nil {
-						req.Credentials = credsFunc(tt.creds(e)...)
-					}
-					got := e.tr.Decide(req)
-					want := expect(tt.want[policy], pp)
-					assert.Equal(t, want.action, got.Action)
-					assert.Equal(t, want.reason, got.Reason)
+					return e
+				}
+				e := fresh(t)
+				for _, pp := range []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullNever, corev1.PullAlways} {
+					t.Run(string(pp), func(t *testing.T) {
+						e := e
+						if tt.mutates {
+							e = fresh(t)
+						}
+						req := credtracker.Request{Image: tt.image, ImageRef: tt.ref, PullPolicy: pp}
+						if tt.creds != nil {
+							req.Credentials = credsFunc(tt.creds(e)...)
+						}
+						got := e.tr.Decide(req)
+						want := expect(tt.want[policy], pp)
+						assert.Equal(t, want.action, got.Action)
+						assert.Equal(t, want.reason, got.Reason)
 
-					gotOff := credtracker.Disabled().Decide(req)
-					wantOff := stock(tt.ref != "", pp)
-					assert.Equal(t, wantOff, gotOff.Action, "gate off")
-				})
-			}
+						gotOff := credtracker.Disabled().Decide(req)
+						assert.Equal(t, stock(tt.ref != "", pp), gotOff.Action, "gate off")
+					})
+				}
+			})
 		}
 	}
 }

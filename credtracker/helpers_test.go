@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2/ktesting"
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pullguard/pullguard/credtracker"
@@ -56,7 +57,7 @@ func newEnv(t testing.TB, cfg credtracker.Config) *env {
 // start opens a tracker over the env's directory (a kubelet start).
 func (e *env) start() {
 	e.t.Helper()
-	tr, err := credtracker.New(context.Background(), e.cfg, e.inv, credtracker.WithClock(e.clock))
+	tr, err := credtracker.New(context.Background(), e.cfg, e.inv, credtracker.WithClock(e.clock), credtracker.WithLogger(ktesting.NewLogger(e.t, ktesting.NewConfig())))
 	require.NoError(e.t, err)
 	e.tr = tr
 	e.t.Cleanup(func() { _ = tr.Close() })

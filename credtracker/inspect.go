@@ -11,9 +11,10 @@ import (
 )
 
 // ReadRecords reads the records under dir without changing anything, for
-// inspection (`pullguard records`). It opens the store read-only, so it can
-// run beside a tracker that has it open. A missing store reads as empty; an
-// unreadable one is an error that says so. Unreadable records are returned
+// inspection (`pullguard records`). It opens the store read-only; while a
+// tracker holds the store open it fails after two seconds with an error
+// saying the store is locked. A missing store reads as empty; an unreadable
+// one is an error that says so. Unreadable records are returned
 // as records of unknown origin, as the tracker would treat them.
 func ReadRecords(dir string) ([]ImageRecord, Status, error) {
 	path := filepath.Join(dir, StoreFile)

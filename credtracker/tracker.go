@@ -3,6 +3,7 @@ package credtracker
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -328,15 +329,7 @@ func (t *tracker) Records() []ImageRecord {
 		out = append(out, *v.(*ImageRecord).clone())
 		return true
 	})
-	slices.SortFunc(out, func(a, b ImageRecord) int {
-		switch {
-		case a.ImageRef < b.ImageRef:
-			return -1
-		case a.ImageRef > b.ImageRef:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b ImageRecord) int { return strings.Compare(a.ImageRef, b.ImageRef) })
 	return out
 }
 

@@ -1,0 +1,339 @@
+package credtracker_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+func ifNotPresent(image, ref string, creds ...credential.Credential) credtracker.Request {
+	return credtracker.Request{Image: image, ImageRef: ref, PullPolicy: corev1.PullIfNotPresent, Credentials: credsFunc(creds...)}
+}
+
+func TestRecordsSurviveRestart(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+	sa := e.saCred(reg, "team-a", "builder", "sa-uid", "tok")
+	e.pull(appImage, refApp, secret)
+	e.pull("registry.example/team-a/tool:1", refBase, sa)
+	e.pull("registry.example/public/app:1", refOther, credential.Credential{})
+	before := e.tr.Records()
+
+	e.restart()
+	assert.Equal(t, before, e.tr.Records())
+	assert.Equal(t, 3, e.tr.Status().Records)
+	assert.False(t, e.tr.Status().HashKeyCreated, "the hash key is kept across restarts")
+	assert.Equal(t, credtracker.ReasonCredentialMatch, e.tr.Decide(ifNotPresent(appImage, refApp, secret)).Reason)
+	assert.Equal(t, credtracker.ReasonServiceAccount, e.tr.Decide(ifNotPresent("registry.example/team-a/tool:1", refBase, sa)).Reason)
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+	assert.Equal(t, credtracker.ReasonNodeAccessible, e.tr.Decide(ifNotPresent("registry.example/public/app:1", refOther)).Reason)
+}
+
+func TestLostHashKeyMeansVerifyAgain(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+	require.NoError(t, e.tr.Close())
+	require.NoError(t, os.Remove(filepath.Join(e.dir, credtracker.HashKeyFile)))
+	e.start()
+	assert.True(t, e.tr.Status().HashKeyCreated)
+	// Same content, other coordinates: only a hash could match, and the
+	// new key makes it differ.
+	other := e.secretCred(reg, "team-c", "copy", "uid-c", "alice", "pw")
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp, other)).Reason)
+}
+
+func TestLeftoverIntentBecomesRecordWithNoCredentials(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+	// The pull started, the image landed, the process died before it
+	// recorded the pull.
+	require.NoError(t, e.tr.RecordPullIntent(appImage))
+	require.NoError(t, e.tr.RecordPullIntent("registry.example/team-a/gone:1"))
+	assert.Equal(t, 2, e.tr.Status().Intents)
+	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{"registry.example/team-a/app:v1", "registry.example/team-a/app@" + strings.Repeat("ab", 32)}}}
+	e.restart()
+
+	st := e.tr.Status()
+	assert.Equal(t, 0, st.Intents, "every leftover intent is resolved")
+	recs := e.tr.Records()
+	require.Len(t, recs, 1, "only the present image gets a record")
+	rr := recs[0].Repositories["registry.example/team-a/app"]
+	require.NotNil(t, rr)
+	assert.False(t, rr.NodeAccessible)
+	assert.Empty(t, rr.Secrets)
+	// Nobody is known to hold a credential: even the tenant whose pull it
+	// was must verify once.
+	assert.Equal(t, credtracker.Decision{Action: credtracker.Pull, Reason: credtracker.ReasonNoMatch}, e.tr.Decide(ifNotPresent(appImage, refApp, secret)))
+	assert.Equal(t, credtracker.FailNeverPull, e.tr.Decide(credtracker.Request{Image: appImage, ImageRef: refApp, PullPolicy: corev1.PullNever}).Action)
+
+	// The next restart finds nothing left to resolve.
+	e.restart()
+	assert.Equal(t, 0, e.tr.Status().Intents)
+}
+
+func TestLeftoverIntentKeptWhenRuntimeCannotBeListed(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	require.NoError(t, e.tr.RecordPullIntent(appImage))
+	e.inv.err = errors.New("runtime unavailable")
+	e.restart()
+	assert.Equal(t, 1, e.tr.Status().Intents)
+	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent("registry.example/team-a/app:v9", refApp)).Reason)
+
+	e.inv.err = nil
+	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}
+	e.restart()
+	assert.Equal(t, 0, e.tr.Status().Intents)
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+}
+
+func TestConcurrentPullsOfOneImageShareAnIntent(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	require.NoError(t, e.tr.RecordPullIntent(appImage))
+	require.NoError(t, e.tr.RecordPullIntent(appImage))
+	require.NoError(t, e.tr.RecordImagePullFailed(appImage))
+	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason, "one pull is still in flight")
+	require.NoError(t, e.tr.RecordImagePulled(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")))
+	assert.Equal(t, 0, e.tr.Status().Intents)
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+}
+
+func TestCorruptStoreIsSetAsideAndReseeded(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+	require.NoError(t, e.tr.Close())
+	path := filepath.Join(e.dir, credtracker.StoreFile)
+	require.NoError(t, os.WriteFile(path, bytes.Repeat([]byte("garbage!"), 4096), 0o600))
+
+	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}, {Ref: refBase, Names: []string{"registry.example/preloaded/base:1"}}}
+	e.start()
+	st := e.tr.Status()
+	assert.NotZero(t, st.RecoveredAt)
+	assert.Contains(t, st.RecoveryReason, "unreadable")
+	assert.FileExists(t, st.AsidePath, "the unreadable store is kept for inspection")
+	assert.False(t, st.Degraded)
+	assert.Equal(t, 2, st.Records)
+
+	// Every present image needs verification, under every policy but
+	// NeverVerify, including one that was really preloaded.
+	for _, req := range []credtracker.Request{ifNotPresent(appImage, refApp), ifNotPresent("registry.example/preloaded/base:1", refBase)} {
+		assert.Equal(t, credtracker.Decision{Action: credtracker.Pull, Reason: credtracker.ReasonUnknownOrigin}, e.tr.Decide(req))
+	}
+	// A successful verification fills the record again.
+	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+	e.pull(appImage, refApp, secret)
+	assert.Equal(t, credtracker.ReasonCredentialMatch, e.tr.Decide(ifNotPresent(appImage, refApp, secret)).Reason)
+	assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent("registry.example/other-name/app:v1", refApp)).Reason,
+		"other names of the image still need verification")
+
+	// The recovery is still reported after a restart.
+	e.restart()
+	assert.Equal(t, st.AsidePath, e.tr.Status().AsidePath)
+}
+
+func TestCorruptStoreWithRuntimeDownIsDegradedUntilSeeded(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	require.NoError(t, e.tr.Close())
+	require.NoError(t, os.WriteFile(filepath.Join(e.dir, credtracker.StoreFile), []byte("not a database"), 0o600))
+	e.inv.err = errors.New("runtime unavailable")
+	e.start()
+	assert.True(t, e.tr.Status().Degraded)
+	assert.Equal(t, credtracker.ReasonRecordsUnreadable, e.tr.Decide(ifNotPresent("registry.example/preloaded/base:1", refBase)).Reason)
+
+	// Restarting over the new (readable, empty) store must not forget that
+	// the seed is still owed.
+	e.restart()
+	assert.True(t, e.tr.Status().Degraded)
+	assert.Equal(t, credtracker.ReasonRecordsUnreadable, e.tr.Decide(ifNotPresent("registry.example/preloaded/base:1", refBase)).Reason)
+
+	e.inv.err = nil
+	e.inv.images = []credtracker.Image{{Ref: refBase, Names: []string{"registry.example/preloaded/base:1"}}}
+	e.restart()
+	assert.False(t, e.tr.Status().Degraded)
+	assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent("registry.example/preloaded/base:1", refBase)).Reason)
+	assert.Equal(t, credtracker.ReasonPreloaded, e.tr.Decide(ifNotPresent("registry.example/later/x:1", refOther)).Reason,
+		"an image that arrives after the seed is preloaded again")
+}
+
+// flipValueByte changes one byte in the middle of a stored record's value,
+// as bit rot would, without touching bbolt's own structures.
+func flipValueByte(t *testing.T, path, ref string, offset int) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	defer db.Close()
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("pulled"))
+		v := append([]byte(nil), b.Get([]byte(ref))...)
+		require.NotEmpty(t, v)
+		v[offset%len(v)] ^= 0x01
+		return b.Put([]byte(ref), v)
+	}))
+}
+
+func TestCorruptRecordIsNeverTrusted(t *testing.T) {
+	for _, offset := range []int{0, 5, 40, 80, 120, 160, 200, -1} {
+		t.Run("", func(t *testing.T) {
+			e := newEnv(t, credtracker.Config{})
+			// A node-accessible record is the one a flipped bit could turn
+			// into a grant; a secret record the one it could hand over.
+			e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+			require.NoError(t, e.tr.Close())
+			flipValueByte(t, filepath.Join(e.dir, credtracker.StoreFile), refApp, offset+1000)
+			e.start()
+
+			st := e.tr.Status()
+			assert.Equal(t, 1, st.UnreadableRecords)
+			for _, pp := range []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullNever} {
+				d := e.tr.Decide(credtracker.Request{Image: appImage, ImageRef: refApp, PullPolicy: pp})
+				assert.NotEqual(t, credtracker.UseImage, d.Action)
+				assert.Equal(t, credtracker.ReasonUnknownOrigin, d.Reason)
+			}
+			// The record was set aside and replaced: the next start is clean.
+			e.restart()
+			assert.Equal(t, 0, e.tr.Status().UnreadableRecords)
+			assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+		})
+	}
+}
+
+func TestNoCredentialMaterialOnDisk(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	secrets := []struct{ user, pass string }{{"alice-user-7f3a", "hunter2-password-91c"}, {"bob-user-c3d2", "correct-horse-battery-e8"}}
+	for i, s := range secrets {
+		auth := credential.AuthConfig{Username: s.user, Password: s.pass, Auth: base64.StdEncoding.EncodeToString([]byte(s.user + ":" + s.pass)), IdentityToken: "idtok-" + s.pass, RegistryToken: "regtok-" + s.pass}
+		e.pull(appImage, refApp, credential.Credential{Registry: reg, Auth: auth, Source: credential.Source{Kind: credential.SourceSecret, Namespace: "ns", Name: "s" + string(rune('a'+i)), UID: "u"}, Hash: e.tr.Hasher().Hash(reg, auth)})
+	}
+	require.NoError(t, e.tr.Close())
+
+	var needles []string
+	for _, s := range secrets {
+		needles = append(needles, s.user, s.pass, base64.StdEncoding.EncodeToString([]byte(s.user+":"+s.pass)), "idtok-"+s.pass, "regtok-"+s.pass)
+	}
+	files := 0
+	require.NoError(t, filepath.WalkDir(e.dir, func(path string, d os.DirEntry, err error) error {
+		require.NoError(t, err)
+		if d.IsDir() {
+			return nil
+		}
+		files++
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for i, n := range needles {
+			assert.False(t, bytes.Contains(data, []byte(n)), "credential material #%d found in %s", i, filepath.Base(path))
+		}
+		return nil
+	}))
+	assert.GreaterOrEqual(t, files, 2, "the store and the hash key were scanned")
+}
+
+func TestPruneImages(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+	e.pull(appImage, refApp, secret)
+	e.pull("registry.example/team-a/base:1", refBase, secret)
+	listedAt := e.clock.Now().Add(time.Second)
+	e.clock.Step(2 * time.Second)
+	// A pull that finished after the list was taken must survive it.
+	e.pull("registry.example/team-a/new:1", refOther, secret)
+
+	removed, err := e.tr.PruneImages([]credtracker.Image{{Ref: refApp}}, listedAt)
+	require.NoError(t, err)
+	assert.Equal(t, 1, removed)
+	refs := []string{}
+	for _, r := range e.tr.Records() {
+		refs = append(refs, r.ImageRef)
+	}
+	assert.Equal(t, []string{refApp, refOther}, refs)
+
+	e.restart()
+	assert.Len(t, e.tr.Records(), 2, "the pruning is durable")
+}
+
+func TestForget(t *testing.T) {
+	tests := []struct {
+		name       string
+		forget     func(tr credtracker.Tracker) error
+		wantSecret bool
+		wantSA     bool
+		wantOther  bool
+	}{
+		{name: "secret", forget: func(tr credtracker.Tracker) error { return tr.ForgetSecret("team-a", "regcred", "uid-a") }, wantSA: true, wantOther: true},
+		{name: "secret with another uid is kept", forget: func(tr credtracker.Tracker) error { return tr.ForgetSecret("team-a", "regcred", "uid-old") }, wantSecret: true, wantSA: true, wantOther: true},
+		{name: "service account", forget: func(tr credtracker.Tracker) error { return tr.ForgetServiceAccount("team-a", "builder", "sa-uid") }, wantSecret: true, wantOther: true},
+		{name: "namespace", forget: func(tr credtracker.Tracker) error { return tr.ForgetNamespace("team-a") }, wantOther: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, credtracker.Config{})
+			secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+			sa := e.saCred(reg, "team-a", "builder", "sa-uid", "tok")
+			other := e.secretCred(reg, "team-b", "regcred", "uid-b", "bob", "pw-b")
+			e.pull(appImage, refApp, secret)
+			e.pull(appImage, refApp, sa)
+			e.pull(appImage, refApp, other)
+			require.NoError(t, tt.forget(e.tr))
+			e.restart()
+
+			check := func(c credential.Credential, want bool) {
+				d := e.tr.Decide(ifNotPresent(appImage, refApp, c))
+				assert.Equal(t, want, d.Action == credtracker.UseImage, "%s: %s", c.Source, d.Reason)
+			}
+			check(secret, tt.wantSecret)
+			check(sa, tt.wantSA)
+			check(other, tt.wantOther)
+			assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason, "the record stays: the image still needs credentials")
+		})
+	}
+}
+
+func TestEntriesAreBounded(t *testing.T) {
+	e := newEnv(t, credtracker.Config{MaxEntries: 3})
+	var creds []credential.Credential
+	for i := range 4 {
+		c := e.secretCred(reg, "ns", "s"+string(rune('0'+i)), "u", "user", "pw"+string(rune('0'+i)))
+		creds = append(creds, c)
+		e.pull(appImage, refApp, c)
+		e.clock.Step(time.Second)
+	}
+	rr := e.tr.Records()[0].Repositories["registry.example/team-a/app"]
+	assert.Len(t, rr.Secrets, 3)
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp, creds[0])).Reason, "the least recently verified entry was dropped")
+	assert.Equal(t, credtracker.ReasonCredentialMatch, e.tr.Decide(ifNotPresent(appImage, refApp, creds[3])).Reason)
+}
+
+func TestReadRecords(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+	require.NoError(t, e.tr.RecordPullIntent("registry.example/x/y:1"))
+	want := e.tr.Records()
+	require.NoError(t, e.tr.Close())
+
+	got, st, err := credtracker.ReadRecords(e.dir)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	assert.Equal(t, 1, st.Records)
+	assert.Equal(t, 1, st.Intents)
+
+	empty, _, err := credtracker.ReadRecords(t.TempDir())
+	require.NoError(t, err)
+	assert.Empty(t, empty)
+
+	bad := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bad, credtracker.StoreFile), []byte("junk"), 0o600))
+	_, _, err = credtracker.ReadRecords(bad)
+	assert.ErrorContains(t, err, "unreadable")
+	e.start()
+}
