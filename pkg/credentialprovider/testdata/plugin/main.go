@@ -13,7 +13,8 @@
 //	                 the annotations as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
 //
-// -record FILE appends one line per run ("<image> token=<yes|no>"), so the
+// The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
+// username. -record FILE appends one line per run ("<image> token=<yes|no>"), so the
 // tests can count runs. -key-type, -duration, -auth-keys, -api-version and
 // -kind shape the response; in -auth-keys, "{image}" and "{registry}" are
 // replaced by the request's image and its registry.
@@ -143,7 +144,7 @@ func main() {
 			continue
 		}
 		key := strings.NewReplacer("{image}", req.Image, "{registry}", registry).Replace(k)
-		a := authConfig{Username: "user:" + key, Password: "pass:" + req.Image}
+		a := authConfig{Username: os.Getenv("TESTPLUGIN_PREFIX") + "user:" + key, Password: "pass:" + req.Image}
 		if *mode == "echo-sa" {
 			a = authConfig{Username: annotations(req.ServiceAccountAnnotations), Password: req.ServiceAccountToken}
 		}
