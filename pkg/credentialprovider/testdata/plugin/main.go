@@ -66,7 +66,7 @@ func main() {
 	flag.Parse()
 
 	if *mode == "grandchild" {
-		select {}
+		sleepForever()
 	}
 
 	data, err := io.ReadAll(os.Stdin)
@@ -98,7 +98,7 @@ func main() {
 				fail("pidfile: %v", err)
 			}
 		}
-		select {}
+		sleepForever()
 	case "crash":
 		fmt.Fprintln(os.Stderr, "plugin: simulated crash")
 		os.Exit(3)
@@ -152,6 +152,13 @@ func main() {
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
 		fail("encode: %v", err)
+	}
+}
+
+// sleepForever blocks in a way the runtime's deadlock detector accepts.
+func sleepForever() {
+	for {
+		time.Sleep(time.Hour)
 	}
 }
 

@@ -1,0 +1,167 @@
+package credentialprovider_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
+)
+
+// processGone reports whether pid has exited (no such process, or a zombie
+// waiting for a reaper).
+func processGone(pid int) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	// The state follows the parenthesized command name.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+func readPid(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err, "the hanging plugin wrote its grandchild's pid")
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	require.NoError(t, err)
+	return pid
+}
+
+func TestPluginFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		opts      []cp.Option
+		wantErrIs error
+		wantKind  cp.ErrorKind
+		wantErr   string
+	}{
+		{
+			name:      "hanging plugin is killed at its timeout",
+			args:      []string{"-mode", "hang"},
+			opts:      []cp.Option{cp.WithProviderTimeout("p", 300*time.Millisecond)},
+			wantErrIs: cp.ErrPluginTimeout, wantKind: cp.KindTimeout,
+			wantErr: "did not finish within 300ms and was killed",
+		},
+		{
+			name:      "slow plugin past the global timeout",
+			args:      []string{"-mode", "slow", "-delay", "1m"},
+			opts:      []cp.Option{cp.WithTimeout(200 * time.Millisecond)},
+			wantErrIs: cp.ErrPluginTimeout, wantKind: cp.KindTimeout,
+			wantErr: "did not finish within 200ms",
+		},
+		{
+			name:      "garbage output",
+			args:      []string{"-mode", "garbage"},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "malformed JSON at offset 17",
+		},
+		{
+			name:      "huge stdout",
+			args:      []string{"-mode", "huge"},
+			opts:      []cp.Option{cp.WithOutputLimits(64<<10, 64<<10)},
+			wantErrIs: cp.ErrOutputTooLarge, wantKind: cp.KindOutputTooLarge,
+			wantErr: "wrote more than 65536 bytes to stdout",
+		},
+		{
+			name:      "huge stderr",
+			args:      []string{"-mode", "hugeerr"},
+			opts:      []cp.Option{cp.WithOutputLimits(64<<10, 1<<10)},
+			wantErrIs: cp.ErrOutputTooLarge, wantKind: cp.KindOutputTooLarge,
+			wantErr: "wrote more than 1024 bytes to stderr",
+		},
+		{
+			name:      "crash",
+			args:      []string{"-mode", "crash"},
+			wantErrIs: cp.ErrPluginExit, wantKind: cp.KindExit,
+			wantErr: "exited with status 3",
+		},
+		{
+			name:      "wrong apiVersion",
+			args:      []string{"-api-version", "credentialprovider.kubelet.k8s.io/v1beta1"},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "apiVersion differs from the request's",
+		},
+		{
+			name:      "wrong kind",
+			args:      []string{"-kind", "CredentialProviderRequest"},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "kind is not CredentialProviderResponse",
+		},
+		{
+			name:      "bad cacheKeyType",
+			args:      []string{"-key-type", "Forever"},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "cacheKeyType is not Image, Registry or Global",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+			args := append([]string{"-pidfile", pidfile}, tt.args...)
+			m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, args...)}, tt.opts...)
+			got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+			assert.Empty(t, got)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, tt.wantErrIs)
+			var pe *cp.PluginError
+			require.ErrorAs(t, err, &pe)
+			assert.Equal(t, tt.wantKind, pe.Kind)
+			assert.Contains(t, err.Error(), tt.wantErr)
+			assert.Contains(t, err.Error(), `plugin "p" for image "registry.example/app"`)
+			assert.NotContains(t, err.Error(), "pass:", "the error quotes the plugin's output")
+			if tt.wantKind == cp.KindTimeout && strings.Contains(tt.name, "hanging") {
+				pid := readPid(t, pidfile)
+				assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
+					"the plugin's grandchild %d outlived the timeout", pid)
+			}
+		})
+	}
+}
+
+func TestCancelKillsPluginAndGrandchild(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, "-mode", "hang", "-pidfile", pidfile)})
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.ForPod(cp.PodInfo{}).Lookup(ctx, "registry.example/app")
+		done <- err
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(pidfile); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	pid := readPid(t, pidfile)
+	cancel()
+	err := <-done
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
+		"the plugin's grandchild %d outlived the cancellation", pid)
+}
+
+func TestCloseKillsRunningPlugin(t *testing.T) {
+	e := newEnv(t)
+	pidfile := filepath.Join(t.TempDir(), "grandchild.pid")
+	m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, "-mode", "hang", "-pidfile", pidfile)})
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+		done <- err
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(pidfile); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	pid := readPid(t, pidfile)
+	m.Close()
+	err := <-done
+	assert.ErrorIs(t, err, cp.ErrPluginCanceled)
+	assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond)
+}
