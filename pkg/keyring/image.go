@@ -42,6 +42,15 @@ func (im Image) String() string { return im.Registry + "/" + im.Repository }
 // names the registry; otherwise the image is on Docker Hub. The registry
 // host is compared case-insensitively and returned in lower case.
 func ParseImage(image string) (Image, error) {
+	if im, ok := parseImageFast(image); ok {
+		return im, nil
+	}
+	return parseImageSlow(image)
+}
+
+// parseImageSlow parses with go-containerregistry's name package, the
+// reference semantics that parseImageFast reproduces for common shapes.
+func parseImageSlow(image string) (Image, error) {
 	ref, err := name.ParseReference(image, name.WeakValidation)
 	if err != nil {
 		return Image{}, fmt.Errorf("%w %q: %w", ErrInvalidImage, image, err)
@@ -56,6 +65,9 @@ func ParseImage(image string) (Image, error) {
 		return Image{}, fmt.Errorf("%w %q: %w", ErrInvalidImage, image, err)
 	}
 	path := repo.RepositoryStr()
+	if strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") || strings.Contains(path, "//") {
+		return Image{}, fmt.Errorf("%w %q: empty path component", ErrInvalidImage, image)
+	}
 	if registry == dockerHub && !strings.Contains(path, "/") {
 		// ggcr adds "library/" only for its own spelling of Docker Hub;
 		// do it for every alias ("Docker.io/alpine", "registry-1.docker.io/alpine").

@@ -46,23 +46,22 @@ func (m merged) Lookup(ctx context.Context, image string) ([]credential.Credenti
 		return nil, err
 	}
 	var (
-		out  []credential.Credential
-		errs []error
+		stack [hitsOnStack]hit
+		errs  []error
 	)
+	hits := stack[:0]
 	for _, kr := range m {
-		if mt, ok := kr.(matcher); ok {
-			out = mt.appendMatches(out, im)
+		if sk, ok := kr.(*staticKeyring); ok {
+			hits = sk.collect(hits, im) // parsed once, no allocation
 			continue
 		}
 		found, err := kr.Lookup(ctx, image)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		for _, c := range found {
-			if c.Hash.IsZero() || !containsHash(out, c.Hash) {
-				out = append(out, c)
-			}
+		if len(found) > 0 {
+			hits = append(hits, hit{other: found})
 		}
 	}
-	return out, errors.Join(errs...)
+	return buildCandidates(hits, im), errors.Join(errs...)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
-func writeFile(t *testing.T, path string, data []byte) string {
+func writeFile(t testing.TB, path string, data []byte) string {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	require.NoError(t, os.WriteFile(path, data, 0o600))

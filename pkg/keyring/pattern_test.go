@@ -182,6 +182,8 @@ func TestImageRegistryErrors(t *testing.T) {
 		"registry.example:port/app",
 		"*.example/app",
 		"registry.example/app@sha256:short",
+		"registry.example/team//app",
+		"registry.example/team/",
 	} {
 		t.Run(image, func(t *testing.T) {
 			_, err := keyring.ImageRegistry(image)

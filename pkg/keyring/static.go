@@ -10,13 +10,6 @@ import (
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
-// matcher is implemented by this package's keyrings: it appends the
-// candidates for an already parsed image to dst, leaving out any whose
-// hash is already in dst. Merge uses it to parse an image once.
-type matcher interface {
-	appendMatches(dst []credential.Credential, im Image) []credential.Credential
-}
-
 // entry is one credential filed under one pattern.
 type entry struct {
 	pattern Pattern
@@ -72,10 +65,7 @@ type staticKeyring struct {
 	entries []*entry
 }
 
-var (
-	_ Keyring = (*staticKeyring)(nil)
-	_ matcher = (*staticKeyring)(nil)
-)
+var _ Keyring = (*staticKeyring)(nil)
 
 // newStaticKeyring sorts entries (given in source order) most specific
 // first; the sort is stable, so source order breaks ties.
@@ -95,26 +85,69 @@ func (k *staticKeyring) Lookup(_ context.Context, image string) ([]credential.Cr
 	if err != nil {
 		return nil, err
 	}
-	return k.appendMatches(nil, im), nil
+	var stack [hitsOnStack]hit
+	return buildCandidates(k.collect(stack[:0], im), im), nil
 }
 
-func (k *staticKeyring) appendMatches(dst []credential.Credential, im Image) []credential.Credential {
+// collect appends the entries that match im to hits, in candidate order.
+func (k *staticKeyring) collect(hits []hit, im Image) []hit {
 	for _, e := range k.entries {
-		if !e.pattern.Match(im) {
+		if e.pattern.Match(im) {
+			hits = append(hits, hit{entry: e, hasher: k.hasher})
+		}
+	}
+	return hits
+}
+
+// hit is one step of a look-up: a matching entry, or (entry nil) the
+// candidates another kind of keyring returned.
+type hit struct {
+	entry  *entry
+	hasher *credential.Hasher
+	other  []credential.Credential
+}
+
+// hitsOnStack is how many hits a look-up collects before it allocates.
+const hitsOnStack = 16
+
+// buildCandidates turns hits into candidates for im with one allocation,
+// leaving out a candidate whose hash an earlier one already has.
+// Candidates without a hash (from other keyrings) are always kept.
+func buildCandidates(hits []hit, im Image) []credential.Credential {
+	n := 0
+	for i := range hits {
+		if hits[i].entry != nil {
+			n++
+		} else {
+			n += len(hits[i].other)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]credential.Credential, 0, n)
+	for i := range hits {
+		e := hits[i].entry
+		if e == nil {
+			for _, c := range hits[i].other {
+				if c.Hash.IsZero() || !containsHash(out, c.Hash) {
+					out = append(out, c)
+				}
+			}
 			continue
 		}
-		sum := e.hash(k.hasher, im.Registry)
-		if containsHash(dst, sum) {
+		sum := e.hash(hits[i].hasher, im.Registry)
+		if containsHash(out, sum) {
 			continue
 		}
-		dst = append(dst, credential.Credential{
+		out = append(out, credential.Credential{
 			Registry: im.Registry,
 			Auth:     e.auth,
 			Source:   e.source,
 			Hash:     sum,
 		})
 	}
-	return dst
+	return out
 }
 
 // containsHash reports whether a candidate with hash sum is in cs. Lists
