@@ -61,7 +61,7 @@ type cacheEntry struct {
 	auths     []authEntry
 	source    credential.Source
 
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	memo map[string][]credential.Credential // by image reference as given
 }
 
@@ -102,9 +102,9 @@ func newEntry(r *Response, kind keyKind, source credential.Source) *cacheEntry {
 // image's registry. Identical credentials are returned once. The result is
 // a fresh slice the caller may keep.
 func (e *cacheEntry) credentialsFor(image string, im keyring.Image, h *credential.Hasher) []credential.Credential {
-	e.mu.Lock()
+	e.mu.RLock()
 	got, ok := e.memo[image]
-	e.mu.Unlock()
+	e.mu.RUnlock()
 	if !ok {
 		got = e.match(im, h)
 		e.mu.Lock()

@@ -72,7 +72,7 @@ type Manager struct {
 	stderrMax   int
 	negativeTTL time.Duration
 
-	images     sync.Map // image reference -> keyring.Image
+	images     sync.Map // image reference -> *parsedImage
 	imageCount atomic.Int32
 
 	ctx       context.Context
@@ -261,10 +261,11 @@ func (k *podKeyring) Lookup(ctx context.Context, image string) ([]credential.Cre
 	if len(m.plugins) == 0 {
 		return nil, nil
 	}
-	im, err := m.parseImage(image)
+	pi, err := m.parseImage(image)
 	if err != nil {
 		return nil, err
 	}
+	im := pi.im
 	var (
 		out  []credential.Credential
 		errs []error
@@ -273,7 +274,7 @@ func (k *podKeyring) Lookup(ctx context.Context, image string) ([]credential.Cre
 		if !p.matches(im) {
 			continue
 		}
-		creds, err := p.lookup(ctx, k.pod, image, im)
+		creds, err := p.lookup(ctx, k.pod, image, im, pi.name)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -289,20 +290,29 @@ func (k *podKeyring) Lookup(ctx context.Context, image string) ([]credential.Cre
 // imageMemoLimit bounds the parsed-image memo.
 const imageMemoLimit = 4096
 
+// parsedImage is an image reference parsed once: the image and its
+// repository name ("registry.example/team/app"), the Image cache key and
+// the image the plugin is asked about.
+type parsedImage struct {
+	im   keyring.Image
+	name string
+}
+
 // parseImage parses an image reference once and remembers the result
 // (a node pulls a bounded set of images over and over).
-func (m *Manager) parseImage(image string) (keyring.Image, error) {
+func (m *Manager) parseImage(image string) (*parsedImage, error) {
 	if v, ok := m.images.Load(image); ok {
-		return v.(keyring.Image), nil
+		return v.(*parsedImage), nil
 	}
 	im, err := keyring.ParseImage(image)
 	if err != nil {
-		return keyring.Image{}, err
+		return nil, err
 	}
+	pi := &parsedImage{im: im, name: im.String()}
 	if m.imageCount.Load() < imageMemoLimit {
-		if _, loaded := m.images.LoadOrStore(image, im); !loaded {
+		if _, loaded := m.images.LoadOrStore(image, pi); !loaded {
 			m.imageCount.Add(1)
 		}
 	}
-	return im, nil
+	return pi, nil
 }

@@ -50,7 +50,7 @@ func (p *plugin) matches(im keyring.Image) bool {
 
 // lookup returns the provider's credentials for an image that matched its
 // matchImages, from the cache or by running the plugin.
-func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyring.Image) ([]credential.Credential, error) {
+func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyring.Image, name string) ([]credential.Credential, error) {
 	sc := saContext{source: p.nodeSource}
 	if p.cfg.TokenAttributes != nil {
 		var err error
@@ -62,7 +62,6 @@ func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyri
 			return nil, nil
 		}
 	}
-	name := im.String()
 	now := p.m.clock.Now()
 	if e := p.cache.get(im, name, sc.key, now); e != nil {
 		cacheHits.WithLabelValues(p.cfg.Name).Inc()
