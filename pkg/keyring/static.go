@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strings"
 	"sync/atomic"
 
 	"github.com/pullguard/pullguard/pkg/credential"
@@ -34,29 +35,36 @@ const maxCachedHashes = 16
 // registry, from the cache when it is there.
 func (e *entry) hash(h *credential.Hasher, registry string) credential.Hash {
 	cached := e.hashes.Load()
-	if cached != nil {
-		for _, rh := range *cached {
-			if rh.registry == registry {
-				return rh.hash
-			}
-		}
+	if sum, ok := cachedHash(cached, registry); ok {
+		return sum
 	}
 	sum := h.Hash(registry, e.auth)
-	for {
+	for cached == nil || len(*cached) < maxCachedHashes {
 		var next []registryHash
 		if cached != nil {
-			if len(*cached) >= maxCachedHashes {
-				return sum
-			}
-			next = append(slices.Clip(*cached), registryHash{registry, sum})
-		} else {
-			next = []registryHash{{registry, sum}}
+			next = slices.Clip(*cached) // append below copies
 		}
+		next = append(next, registryHash{strings.Clone(registry), sum})
 		if e.hashes.CompareAndSwap(cached, &next) {
 			return sum
 		}
 		cached = e.hashes.Load()
+		if _, ok := cachedHash(cached, registry); ok {
+			return sum // another look-up cached it meanwhile
+		}
 	}
+	return sum
+}
+
+func cachedHash(cached *[]registryHash, registry string) (credential.Hash, bool) {
+	if cached != nil {
+		for _, rh := range *cached {
+			if rh.registry == registry {
+				return rh.hash, true
+			}
+		}
+	}
+	return credential.Hash{}, false
 }
 
 // staticKeyring is a fixed list of entries, sorted most specific first.
