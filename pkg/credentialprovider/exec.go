@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -66,7 +65,6 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 
 	cmd := exec.Command(spec.path, spec.args...)
 	cmd.Env = spec.env
-	cmd.Dir = filepath.Dir(spec.path)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

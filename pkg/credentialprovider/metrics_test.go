@@ -1,6 +1,7 @@
 package credentialprovider_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,14 +13,20 @@ import (
 	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
 )
 
+var metricsRun int
+
 func TestMetrics(t *testing.T) {
 	reg := metrics.NewKubeRegistry()
 	reg.MustRegister(cp.Metrics()...)
 
+	// The metrics are package-wide: names unique to this run keep the
+	// counts exact under -count=N.
+	metricsRun++
+	goodName, crashName := fmt.Sprintf("metrics-good-%d", metricsRun), fmt.Sprintf("metrics-crash-%d", metricsRun)
 	e := newEnv(t)
 	m := e.manager(t, []cp.Provider{
-		e.provider("metrics-good", []string{"registry.example"}, time.Minute),
-		e.provider("metrics-crash", []string{"registry.example"}, time.Minute, "-mode", "crash"),
+		e.provider(goodName, []string{"registry.example"}, time.Minute),
+		e.provider(crashName, []string{"registry.example"}, time.Minute, "-mode", "crash"),
 	})
 	kr := m.ForPod(cp.PodInfo{})
 	for range 3 {
@@ -38,10 +45,10 @@ func TestMetrics(t *testing.T) {
 		plugin string
 		want   float64
 	}{
-		{name: "good: first look-up misses", metric: "cache_misses_total", plugin: "metrics-good", want: 1},
-		{name: "good: later look-ups hit", metric: "cache_hits_total", plugin: "metrics-good", want: 2},
-		{name: "crash: every look-up misses", metric: "cache_misses_total", plugin: "metrics-crash", want: 3},
-		{name: "crash: never hits", metric: "cache_hits_total", plugin: "metrics-crash", want: 0},
+		{name: "good: first look-up misses", metric: "cache_misses_total", plugin: goodName, want: 1},
+		{name: "good: later look-ups hit", metric: "cache_hits_total", plugin: goodName, want: 2},
+		{name: "crash: every look-up misses", metric: "cache_misses_total", plugin: crashName, want: 3},
+		{name: "crash: never hits", metric: "cache_hits_total", plugin: crashName, want: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,12 +58,12 @@ func TestMetrics(t *testing.T) {
 
 	t.Run("errors by kind: the crash ran once (negative cache)", func(t *testing.T) {
 		vals, err := testutil.GetCounterValuesFromGatherer(reg, "pullguard_credential_provider_plugin_errors_total",
-			map[string]string{"plugin_name": "metrics-crash"}, "kind")
+			map[string]string{"plugin_name": crashName}, "kind")
 		require.NoError(t, err)
 		assert.Equal(t, map[string]float64{"exit": 1}, vals)
 	})
 	t.Run("duration observed once per run", func(t *testing.T) {
-		for _, plugin := range []string{"metrics-good", "metrics-crash"} {
+		for _, plugin := range []string{goodName, crashName} {
 			h, err := testutil.GetHistogramVecFromGatherer(reg, "pullguard_credential_provider_plugin_duration_seconds", map[string]string{"plugin_name": plugin})
 			require.NoError(t, err)
 			assert.Equal(t, uint64(1), h.GetAggregatedSampleCount(), plugin)
