@@ -13,18 +13,16 @@ func (t *tracker) PruneImages(present []Image, listedAt time.Time) (int, error) 
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	var del []string
-	t.images.Range(func(k, v any) bool {
-		ref := k.(string)
-		if _, ok := keep[ref]; !ok && v.(*ImageRecord).Updated.Before(listedAt) {
-			del = append(del, ref)
+	for _, r := range t.images.all() {
+		if _, ok := keep[r.ImageRef]; !ok && r.Updated.Before(listedAt) {
+			del = append(del, r.ImageRef)
 		}
-		return true
-	})
+	}
 	if len(del) == 0 {
 		return 0, nil
 	}
 	for _, ref := range del {
-		t.images.Delete(ref)
+		t.images.delete(ref)
 	}
 	t.setMemoryCount(t.count.Add(-int64(len(del))))
 	if err := t.write("prune", func() error { return t.store.apply(nil, del, nil) }); err != nil {
@@ -61,14 +59,13 @@ func (t *tracker) forget(what string, dropSecret func(SecretEntry) bool, dropSA 
 	defer t.writeMu.Unlock()
 	now := t.clock.Now()
 	var changed []*ImageRecord
-	t.images.Range(func(_, v any) bool {
-		if next, ok := v.(*ImageRecord).without(dropSecret, dropSA, now); ok {
+	for _, r := range t.images.all() {
+		if next, ok := r.without(dropSecret, dropSA, now); ok {
 			changed = append(changed, next)
 		}
-		return true
-	})
+	}
 	for _, r := range changed {
-		t.images.Store(r.ImageRef, r)
+		t.images.store(r)
 	}
 	if err := t.write("forget", func() error { return t.store.apply(changed, nil, nil) }); err != nil {
 		return fmt.Errorf("failed to store records after forgetting %s: %w", what, err)

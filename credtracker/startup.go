@@ -87,6 +87,7 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 		logger:     klog.Background(),
 		intents:    map[string]int{},
 		inflight:   map[string]int{},
+		images:     newRecordIndex(),
 	}
 	if t.maxEntries <= 0 {
 		t.maxEntries = DefaultMaxEntries
@@ -167,8 +168,8 @@ func (t *tracker) recover(ctx context.Context, path string, cause error, inv Ima
 // leftover intents and completes a pending seed.
 func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) error {
 	now := t.clock.Now()
-	for ref, r := range c.records {
-		t.images.Store(ref, r)
+	for _, r := range c.records {
+		t.images.store(r)
 	}
 	t.status.RecoveredAt, t.status.RecoveryReason, t.status.AsidePath = c.status.RecoveredAt, c.status.RecoveryReason, c.status.AsidePath
 
@@ -176,7 +177,7 @@ func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) err
 		unreadableTotal.Inc()
 		r := &ImageRecord{ImageRef: ref, UnknownOrigin: truncate("record unreadable: "+cause.Error(), 512), Repositories: map[string]*RepositoryRecord{}, Updated: now}
 		t.logger.Error(cause, "Image record is unreadable; it was set aside and the image requires credential verification under every name", "imageRef", ref)
-		t.images.Store(ref, r)
+		t.images.store(r)
 		if err := t.write("quarantine", func() error { return t.store.quarantine(r) }); err != nil {
 			return fmt.Errorf("failed to set aside an unreadable record: %w", err)
 		}
@@ -222,8 +223,7 @@ func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) err
 		}
 	}
 
-	n := 0
-	t.images.Range(func(_, _ any) bool { n++; return true })
+	n := len(t.images.all())
 	t.count.Store(int64(n))
 	t.setMemoryCount(int64(n))
 	t.setDiskCount(n)
@@ -238,13 +238,13 @@ func (t *tracker) seed(imgs []Image, st storeStatus, now time.Time) error {
 	var put []*ImageRecord
 	for _, img := range imgs {
 		r := &ImageRecord{ImageRef: img.Ref, UnknownOrigin: "record store was rebuilt at " + now.UTC().Format(time.RFC3339), Repositories: map[string]*RepositoryRecord{}, Updated: now}
-		if v, ok := t.images.Load(img.Ref); ok {
-			r = v.(*ImageRecord).clone()
+		if cur := t.images.load(img.Ref); cur != nil {
+			r = cur.clone()
 			if r.UnknownOrigin == "" {
 				r.UnknownOrigin = "record store was rebuilt at " + now.UTC().Format(time.RFC3339)
 			}
 		}
-		t.images.Store(img.Ref, r)
+		t.images.store(r)
 		put = append(put, r)
 	}
 	if err := t.write("seed", func() error { return t.store.apply(put, nil, nil) }); err != nil {
@@ -279,13 +279,10 @@ func (t *tracker) resolveIntents(intents map[string]bool, imgs []Image, now time
 			continue
 		}
 		repo, _ := RepositoryName(key)
-		var cur *ImageRecord
-		if v, ok := t.images.Load(ref); ok {
-			cur = v.(*ImageRecord)
-		}
+		cur := t.images.load(ref)
 		next := cur.withPulledUnknown(ref, repo, now)
 		if next != cur {
-			t.images.Store(ref, next)
+			t.images.store(next)
 			put = append(put, next)
 		}
 		t.logger.Info("A pull was interrupted before it was recorded; the image requires credential verification", "image", key, "imageRef", ref)

@@ -32,7 +32,7 @@ type tracker struct {
 	store      *store
 	hasher     *credential.Hasher
 
-	images   sync.Map // image ref -> *ImageRecord
+	images   *recordIndex
 	degraded atomic.Bool
 	count    atomic.Int64 // records in memory
 
@@ -74,10 +74,7 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
-	var rec *ImageRecord
-	if v, ok := t.images.Load(req.ImageRef); ok {
-		rec = v.(*ImageRecord)
-	}
+	rec := t.images.load(req.ImageRef)
 	var rr *RepositoryRecord
 	if rec != nil {
 		rr = rec.Repositories[repo]
@@ -181,16 +178,15 @@ func (t *tracker) pullInFlight(repo string) bool {
 func (t *tracker) rememberRotation(ref, repo string, src credential.Source, h credential.Hash) {
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
-	v, ok := t.images.Load(ref)
-	if !ok {
+	cur := t.images.load(ref)
+	if cur == nil {
 		return
 	}
-	cur := v.(*ImageRecord)
 	next := cur.withSecretHash(repo, src, h, t.clock.Now())
 	if next == cur {
 		return
 	}
-	t.images.Store(ref, next)
+	t.images.store(next)
 	if err := t.write("rotate", func() error { return t.store.apply([]*ImageRecord{next}, nil, nil) }); err != nil {
 		t.logger.Error(err, "Failed to store a rotated secret's hash; it will be matched by its coordinates again", "imageRef", ref, "repository", repo, "secret", klog.KRef(src.Namespace, src.Name))
 	}
@@ -233,14 +229,11 @@ func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Cred
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 
-	var cur *ImageRecord
-	if v, ok := t.images.Load(imageRef); ok {
-		cur = v.(*ImageRecord)
-	}
+	cur := t.images.load(imageRef)
 	next := cur.withPull(imageRef, repo, cred.Source, cred.Hash, t.clock.Now(), t.maxEntries)
 	// Memory first, then the intent count: at no instant is the pull
 	// neither in flight nor recorded.
-	t.images.Store(imageRef, next)
+	t.images.store(next)
 	if cur == nil {
 		t.setMemoryCount(t.count.Add(1))
 	}
@@ -325,10 +318,9 @@ func (t *tracker) setDiskCount(n int) {
 
 func (t *tracker) Records() []ImageRecord {
 	var out []ImageRecord
-	t.images.Range(func(_, v any) bool {
-		out = append(out, *v.(*ImageRecord).clone())
-		return true
-	})
+	for _, r := range t.images.all() {
+		out = append(out, *r.clone())
+	}
 	slices.SortFunc(out, func(a, b ImageRecord) int { return strings.Compare(a.ImageRef, b.ImageRef) })
 	return out
 }
