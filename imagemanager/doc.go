@@ -1,0 +1,13 @@
+// Package imagemanager ensures a container's image is present and that the
+// pod may use it: the kubelet's EnsureImageExists with the
+// KubeletEnsureSecretPulledImages protection.
+//
+// For each container it asks the runtime whether the image is present,
+// asks the credential tracker what to do (use the present image, pull it,
+// or fail with ErrImageNeverPull), and for a pull tries the pod's
+// credentials in keyring order through the CRI image service until one
+// succeeds, recording the one that did. It records kubelet-style events
+// on the pod (the audit trail), backs off failing pulls per pod and image,
+// limits parallel pulls and registry QPS as the kubelet's configuration
+// names them, and prunes the tracker after image garbage collection.
+package imagemanager

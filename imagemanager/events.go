@@ -1,0 +1,41 @@
+package imagemanager
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Event reasons, with the kubelet's names.
+const (
+	ReasonPulling              = "Pulling"
+	ReasonPulled               = "Pulled"
+	ReasonFailed               = "Failed"
+	ReasonBackOff              = "BackOff"
+	ReasonErrImageNeverPull    = "ErrImageNeverPull"
+	ReasonInspectFailed        = "InspectFailed"
+	ReasonFailedToRetrieveAuth = "FailedToRetrieveImagePullSecret"
+)
+
+// event records one event on the request's pod and logs it; it returns the
+// message, which callers also return in Result.Message.
+func (m *Manager) event(req Request, eventType, reason, format string, args ...any) string {
+	msg := fmt.Sprintf(format, args...)
+	if req.Pod != nil {
+		m.recorder.Event(req.Pod, eventType, reason, msg)
+	}
+	logger := m.logger.WithValues("pod", podRef(req.Pod), "image", req.Image, "reason", reason)
+	if eventType == corev1.EventTypeWarning {
+		logger.Info(msg, "type", eventType)
+	} else {
+		logger.V(2).Info(msg, "type", eventType)
+	}
+	return msg
+}
+
+func podRef(p *corev1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Namespace + "/" + p.Name
+}

@@ -1,0 +1,57 @@
+package imagemanager
+
+import (
+	"context"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/credtracker"
+)
+
+// Inventory adapts a CRI image service to the tracker's ImageInventory:
+// each image's ID with its repo tags and repo digests.
+func Inventory(images ImageService) credtracker.ImageInventory {
+	return credtracker.ImageInventoryFunc(func(ctx context.Context) ([]credtracker.Image, error) {
+		list, err := images.ListImages(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("failed to list images: %w", err)
+		}
+		out := make([]credtracker.Image, 0, len(list))
+		for _, img := range list {
+			names := append(append([]string(nil), img.GetRepoTags()...), img.GetRepoDigests()...)
+			out = append(out, credtracker.Image{Ref: img.GetId(), Names: names})
+		}
+		return out, nil
+	})
+}
+
+// RemoveImage removes an image from the runtime (image garbage collection)
+// and then prunes the tracker's records of images no longer present.
+func (m *Manager) RemoveImage(ctx context.Context, imageRef string) error {
+	if err := m.images.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: imageRef}); err != nil {
+		return fmt.Errorf("failed to remove image %s: %w", imageRef, err)
+	}
+	_, err := m.PruneRecords(ctx)
+	return err
+}
+
+// PruneRecords lists the runtime's images and removes the tracker's
+// records of images no longer present; call it after image garbage
+// collection done by something else. Records written after the list was
+// taken are kept.
+func (m *Manager) PruneRecords(ctx context.Context) (int, error) {
+	listedAt := m.clock.Now()
+	imgs, err := Inventory(m.images).ListImages(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := m.tracker.PruneImages(imgs, listedAt)
+	if err != nil {
+		return n, fmt.Errorf("failed to prune image records: %w", err)
+	}
+	if n > 0 {
+		m.logger.V(2).Info("Pruned records of removed images", "count", n)
+	}
+	return n, nil
+}

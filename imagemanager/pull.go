@@ -1,0 +1,137 @@
+package imagemanager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// errQPSExceeded is the kubelet's error for a pull over registryPullQPS.
+var errQPSExceeded = errors.New("pull QPS exceeded")
+
+// pull pulls image with the pod's credentials, in order, recording the
+// intent before and the outcome after.
+func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCredentials) (Result, error) {
+	key := backOffKey(req.Pod, image)
+	if m.backoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
+		msg := m.event(req, corev1.EventTypeNormal, ReasonBackOff, "Back-off pulling image %q", image)
+		return Result{Message: msg}, ErrImagePullBackOff
+	}
+	// Secrets first (their warnings precede the pull, as in the kubelet).
+	creds := c.get()
+	m.event(req, corev1.EventTypeNormal, ReasonPulling, "Pulling image %q", image)
+
+	if err := m.tracker.RecordPullIntent(image); err != nil {
+		m.backoff.Next(key, m.clock.Now())
+		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
+		return Result{Message: msg}, ErrImagePull
+	}
+	start := m.clock.Now()
+	ref, used, attempted, waited, err := m.pullWithCredentials(ctx, req, image, creds)
+	pullDuration.WithLabelValues(resultLabel(err)).Observe(m.clock.Since(start).Seconds())
+	if err != nil {
+		if rerr := m.tracker.RecordImagePullFailed(image); rerr != nil {
+			m.logger.Error(rerr, "Failed to resolve a pull intent; it will ask for verification after a restart", "image", image)
+		}
+		m.backoff.Next(key, m.clock.Now())
+		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
+		return Result{Pulled: attempted, Message: msg}, ErrImagePull
+	}
+	if rerr := m.tracker.RecordImagePulled(image, ref, used); rerr != nil {
+		m.logger.Error(rerr, "Failed to record a pulled image durably; it is remembered until the next restart", "image", image, "imageRef", ref)
+	}
+	m.backoff.Reset(key)
+	m.logger.V(2).Info("Pulled image", "pod", podRef(req.Pod), "image", image, "imageRef", ref, "credential", used.Source.String())
+
+	total := m.clock.Since(start)
+	size := ""
+	if st, err := m.images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil && st.GetImage() != nil {
+		size = fmt.Sprintf(" Image size: %d bytes.", st.GetImage().GetSize())
+	}
+	msg := m.event(req, corev1.EventTypeNormal, ReasonPulled, "Successfully pulled image %q in %v (%v including waiting).%s",
+		image, (total - waited).Round(time.Millisecond), total.Round(time.Millisecond), size)
+	return Result{ImageRef: ref, Pulled: true, Message: msg}, nil
+}
+
+// pullWithCredentials waits for a pull slot, then tries each credential in
+// order (one anonymous attempt when there are none) until one succeeds. It
+// returns the credential that succeeded, whether the registry was
+// contacted, and how long it waited for a slot.
+func (m *Manager) pullWithCredentials(ctx context.Context, req Request, image string, creds []credential.Credential) (ref string, used credential.Credential, attempted bool, waited time.Duration, err error) {
+	begin := m.clock.Now()
+	release, err := m.acquire(ctx)
+	if err != nil {
+		return "", used, false, 0, err
+	}
+	defer release()
+	waited = m.clock.Since(begin)
+
+	if len(creds) == 0 {
+		creds = []credential.Credential{{}}
+	}
+	var errs []error
+	for _, c := range creds {
+		if m.limiter != nil && !m.limiter.TryAccept() {
+			errs = append(errs, errQPSExceeded)
+			break
+		}
+		attempted = true
+		ref, err := m.images.PullImage(ctx, &runtimeapi.ImageSpec{Image: image}, criAuth(c), req.SandboxConfig)
+		if err == nil {
+			return ref, c, true, waited, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", used, attempted, waited, utilerrors.NewAggregate(errs)
+}
+
+// acquire takes a pull slot, or returns when ctx ends.
+func (m *Manager) acquire(ctx context.Context) (func(), error) {
+	if m.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case m.slots <- struct{}{}:
+		return func() { <-m.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func criAuth(c credential.Credential) *runtimeapi.AuthConfig {
+	if c.Auth.Empty() {
+		return nil
+	}
+	return &runtimeapi.AuthConfig{
+		Username:      c.Auth.Username,
+		Password:      c.Auth.Password,
+		Auth:          c.Auth.Auth,
+		ServerAddress: c.Registry,
+		IdentityToken: c.Auth.IdentityToken,
+		RegistryToken: c.Auth.RegistryToken,
+	}
+}
+
+func backOffKey(pod *corev1.Pod, image string) string {
+	if pod == nil {
+		return "_" + image
+	}
+	return string(pod.UID) + "_" + image
+}
+
+func resultLabel(err error) string {
+	if err != nil {
+		return "failure"
+	}
+	return "success"
+}
