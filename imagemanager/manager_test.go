@@ -102,7 +102,7 @@ func TestEnsureImageExists(t *testing.T) {
 		},
 		{
 			name: "gate off: Never fails for an absent image", gateOn: false,
-			pod:  pod("team-b", "p1"), image: privImage, policy: corev1.PullNever,
+			pod: pod("team-b", "p1"), image: privImage, policy: corev1.PullNever,
 			wantErr: imagemanager.ErrImageNeverPull, wantEvents: []event{{"Warning", "ErrImageNeverPull", neverMsg}},
 		},
 		{
@@ -114,7 +114,7 @@ func TestEnsureImageExists(t *testing.T) {
 		},
 		{
 			name: "gate off: Always pulls", gateOn: false,
-			pod:  pod("team-a", "p2", "regcred"), image: privImage, policy: corev1.PullAlways, secrets: []*corev1.Secret{secretA},
+			pod: pod("team-a", "p2", "regcred"), image: privImage, policy: corev1.PullAlways, secrets: []*corev1.Secret{secretA},
 			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
@@ -132,14 +132,14 @@ func TestEnsureImageExists(t *testing.T) {
 		},
 		{
 			name: "credentials are tried in order until one succeeds", gateOn: true,
-			pod:  pod("team-a", "p1", "bobs", "alices"), image: privImage, policy: corev1.PullIfNotPresent,
+			pod: pod("team-a", "p1", "bobs", "alices"), image: privImage, policy: corev1.PullIfNotPresent,
 			secrets: []*corev1.Secret{secret("team-a", "bobs", "bob"), secret("team-a", "alices", "alice")},
 			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "bob"}, {privImage, "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
 			name: "invalid image name", gateOn: true,
-			pod:  pod("team-a", "p1"), image: "registry.example/Team/App:v1", policy: corev1.PullIfNotPresent,
+			pod: pod("team-a", "p1"), image: "registry.example/Team/App:v1", policy: corev1.PullIfNotPresent,
 			wantErr: imagemanager.ErrInvalidImageName, wantEvents: []event{{"Warning", "InspectFailed", `Failed to apply default image tag "registry.example/Team/App:v1"`}},
 		},
 		{
