@@ -45,7 +45,6 @@ func keyFor(kind keyKind, im keyring.Image, imageName, sa string) cacheKey {
 // authEntry is one credential of a response, its pattern compiled.
 type authEntry struct {
 	pattern keyring.Pattern
-	rank    specificity
 	key     string
 	auth    credential.AuthConfig
 }
@@ -76,16 +75,15 @@ func newEntry(r *Response, kind keyKind, source credential.Source) *cacheEntry {
 		}
 		e.auths = append(e.auths, authEntry{
 			pattern: pat,
-			rank:    specificityOf(k),
 			key:     k,
 			auth:    credential.AuthConfig{Username: a.Username, Password: a.Password},
 		})
 	}
 	slices.SortFunc(e.auths, func(a, b authEntry) int {
 		switch {
-		case a.rank.before(b.rank):
+		case a.pattern.MoreSpecific(b.pattern):
 			return -1
-		case b.rank.before(a.rank):
+		case b.pattern.MoreSpecific(a.pattern):
 			return 1
 		case a.key < b.key:
 			return -1

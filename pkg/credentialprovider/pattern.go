@@ -35,38 +35,3 @@ func validatePattern(p string) error {
 	_, err := compilePattern(p)
 	return err
 }
-
-// specificity ranks a pattern for ordering the credentials of one
-// response, in the order the keyring documents: an exact host before a
-// wildcard host, then more path segments, then more literal host
-// characters. Higher sorts first.
-type specificity struct {
-	exactHost bool
-	segments  int
-	literal   int
-}
-
-func specificityOf(p string) specificity {
-	hostport, path, _ := strings.Cut(p, "/")
-	host, _, _ := strings.Cut(hostport, ":")
-	path = strings.Trim(path, "/")
-	s := specificity{
-		exactHost: !strings.Contains(host, "*"),
-		literal:   len(host) - strings.Count(host, "*"),
-	}
-	if path != "" {
-		s.segments = strings.Count(path, "/") + 1
-	}
-	return s
-}
-
-// before reports whether a sorts before b.
-func (a specificity) before(b specificity) bool {
-	if a.exactHost != b.exactHost {
-		return a.exactHost
-	}
-	if a.segments != b.segments {
-		return a.segments > b.segments
-	}
-	return a.literal > b.literal
-}

@@ -139,6 +139,12 @@ func matchLabel(pat, s string) bool {
 // moreSpecific orders two patterns that both match one image: an exact
 // host before a wildcard host, then more path segments first, then more
 // literal (non-'*') host characters first. It returns false for ties.
+// MoreSpecific reports whether p ranks before q in candidate order: an
+// exact host before a wildcard host, then more path segments, then more
+// literal host characters. Patterns that rank equal keep their source
+// order; every keyring, and credential provider responses, order by it.
+func (p Pattern) MoreSpecific(q Pattern) bool { return moreSpecific(&p, &q) }
+
 func moreSpecific(a, b *Pattern) bool {
 	if a.wildcard != b.wildcard {
 		return !a.wildcard

@@ -218,3 +218,25 @@ func TestParseImage(t *testing.T) {
 		})
 	}
 }
+
+func TestPatternMoreSpecific(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{a: "registry.example", b: "*.example", want: true},
+		{a: "*.example", b: "registry.example", want: false},
+		{a: "registry.example/team/app", b: "registry.example/team", want: true},
+		{a: "app*.example", b: "*.example", want: true},
+		{a: "registry.example", b: "registry.example", want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.a+" vs "+tt.b, func(t *testing.T) {
+			a, err := keyring.ParsePattern(tt.a)
+			require.NoError(t, err)
+			b, err := keyring.ParsePattern(tt.b)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, a.MoreSpecific(b))
+		})
+	}
+}
