@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Category errors. Callers branch on them with errors.Is; the errors this
+// package returns wrap one of them and say what failed on which image.
+var (
+	// ErrInvalidReference: the image name is not a valid image reference.
+	ErrInvalidReference = errors.New("invalid image reference")
+	// ErrUnauthorized: the registry refused the credentials (401) or
+	// denied access to the repository (403).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrNotFound: the registry does not know the repository or manifest.
+	ErrNotFound = errors.New("not found")
+	// ErrUnsupportedManifest: the manifest is of a kind this runtime does not
+	// pull (Docker schema 1, nested indexes, unknown media types).
+	ErrUnsupportedManifest = errors.New("unsupported manifest")
+	// ErrNoMatchingPlatform: an image index has no manifest for the runtime's
+	// platform.
+	ErrNoMatchingPlatform = errors.New("no matching manifest for platform")
+	// ErrDigestMismatch: content did not hash to the digest it was asked for.
+	ErrDigestMismatch = errors.New("digest mismatch")
+	// ErrInvalidEndpoint: a CRI endpoint is malformed or not a unix socket.
+	ErrInvalidEndpoint = errors.New("invalid image service endpoint")
+)
+
+// registryError is a registry failure with its message scrubbed of
+// credentials. It unwraps to a category sentinel (or none), never to the
+// original error, so no caller can print the unscrubbed text.
+type registryError struct {
+	status int
+	msg    string
+	kind   error
+}
+
+func (e *registryError) Error() string { return e.msg }
+func (e *registryError) Unwrap() error { return e.kind }
+
+// StatusCode returns the HTTP status code the registry answered with, or 0
+// when err does not carry one.
+func StatusCode(err error) int {
+	var re *registryError
+	if errors.As(err, &re) {
+		return re.status
+	}
+	return 0
+}
+
+// registryFailure turns an error from go-containerregistry into one that
+// states the registry's answer ("401 Unauthorized") and holds no secret from
+// auth. Context errors pass through unchanged so errors.Is(err,
+// context.Canceled) keeps working.
+func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
+	if err == nil {
+		return nil
+	}
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		if isContextErr(err) {
+			return err
+		}
+		return &registryError{msg: redact(err.Error(), auth)}
+	}
+	msg := redact(err.Error(), auth)
+	status := fmt.Sprintf("%d %s", te.StatusCode, http.StatusText(te.StatusCode))
+	if !strings.Contains(msg, status) {
+		msg = status + ": " + msg
+	}
+	re := &registryError{status: te.StatusCode, msg: msg}
+	switch te.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		re.kind = ErrUnauthorized
+	case http.StatusNotFound:
+		re.kind = ErrNotFound
+	}
+	return re
+}
+
+// redact removes every non-empty credential field of auth from msg.
+func redact(msg string, auth *runtimeapi.AuthConfig) string {
+	if auth == nil {
+		return msg
+	}
+	for _, secret := range []string{auth.Password, auth.Auth, auth.IdentityToken, auth.RegistryToken} {
+		if len(secret) >= 4 {
+			msg = strings.ReplaceAll(msg, secret, "<redacted>")
+		}
+	}
+	return msg
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
