@@ -23,12 +23,14 @@ const maxMetadataBlob = 8 << 20
 // under its final name only once its bytes hashed to that name and were
 // fsynced, so a crash leaves at most a stray ingest file (removed on open).
 type contentStore struct {
+	root   string
 	blobs  string
 	ingest string
 }
 
 func openContentStore(root string) (*contentStore, error) {
 	s := &contentStore{
+		root:   root,
 		blobs:  filepath.Join(root, "blobs", "sha256"),
 		ingest: filepath.Join(root, "ingest"),
 	}

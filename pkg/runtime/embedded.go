@@ -267,7 +267,7 @@ func (e *Embedded) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse
 	return &runtimeapi.ImageFsInfoResponse{
 		ImageFilesystems: []*runtimeapi.FilesystemUsage{{
 			Timestamp:  e.opts.clock.Now().UnixNano(),
-			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: filepath.Dir(e.content.blobs)},
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: e.content.root},
 			UsedBytes:  &runtimeapi.UInt64Value{Value: used},
 			InodesUsed: &runtimeapi.UInt64Value{Value: inodes},
 		}},

@@ -146,6 +146,7 @@ func (idx *imageIndex) clone() *imageIndex {
 	for k, v := range idx.Targets {
 		c.Targets[k] = v
 	}
+	c.byID, c.list = idx.byID, idx.list // stale once c changes; build refreshes them
 	return c
 }
 
