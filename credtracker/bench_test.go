@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/pkg/credential"
@@ -54,8 +56,12 @@ func populate(b *testing.B, dir string, n int) {
 	}
 }
 
+var registerOnce sync.Once
+
 func openBench(b *testing.B, n int) (*tracker, string) {
 	b.Helper()
+	// Count decisions as a node does: with the metrics registered.
+	registerOnce.Do(func() { metrics.NewKubeRegistry().MustRegister(Metrics()...) })
 	dir := b.TempDir()
 	populate(b, dir, n)
 	tr, err := New(context.Background(), Config{Dir: dir}, nil, WithLogger(klog.Background().V(10)))

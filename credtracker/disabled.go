@@ -27,7 +27,7 @@ func (disabled) Decide(req Request) Decision {
 	default:
 		d = Decision{Action: UseImage, Reason: ReasonFeatureDisabled}
 	}
-	checksTotal.WithLabelValues(d.Action.String(), string(d.Reason)).Inc()
+	countCheck(d)
 	return d
 }
 

@@ -22,18 +22,30 @@ const indexShards = 64
 type indexShard struct {
 	mu sync.RWMutex
 	m  map[string]*ImageRecord
-	_  [64]byte // keep neighbouring shards' locks off this cache line
+	// repos is derived from m: the entry of every (image ref, repository)
+	// pair, so the decision reaches it with one lookup instead of two.
+	repos map[refRepo]*RepositoryRecord
+	_     [64]byte // keep neighbouring shards' locks off this cache line
 }
+
+type refRepo struct{ ref, repo string }
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
 	for i := range x.shards {
 		x.shards[i].m = map[string]*ImageRecord{}
+		x.shards[i].repos = map[refRepo]*RepositoryRecord{}
 	}
 	return x
 }
 
+// shard picks ref's shard. Image refs are nearly always digests, whose
+// last characters are uniformly distributed hex: two of them pick the
+// shard without hashing all 71 bytes. Anything shorter is hashed.
 func (x *recordIndex) shard(ref string) *indexShard {
+	if n := len(ref); n >= 16 {
+		return &x.shards[(uint(ref[n-1])*31+uint(ref[n-2]))%indexShards]
+	}
 	return &x.shards[maphash.String(x.seed, ref)%indexShards]
 }
 
@@ -45,18 +57,41 @@ func (x *recordIndex) load(ref string) *ImageRecord {
 	return r
 }
 
+// loadRepository returns the entry for repo in ref's record, or nil.
+func (x *recordIndex) loadRepository(ref, repo string) *RepositoryRecord {
+	s := x.shard(ref)
+	s.mu.RLock()
+	rr := s.repos[refRepo{ref, repo}]
+	s.mu.RUnlock()
+	return rr
+}
+
 func (x *recordIndex) store(r *ImageRecord) {
 	s := x.shard(r.ImageRef)
 	s.mu.Lock()
+	s.dropRepos(s.m[r.ImageRef])
 	s.m[r.ImageRef] = r
+	for repo, rr := range r.Repositories {
+		s.repos[refRepo{r.ImageRef, repo}] = rr
+	}
 	s.mu.Unlock()
 }
 
 func (x *recordIndex) delete(ref string) {
 	s := x.shard(ref)
 	s.mu.Lock()
+	s.dropRepos(s.m[ref])
 	delete(s.m, ref)
 	s.mu.Unlock()
+}
+
+func (s *indexShard) dropRepos(old *ImageRecord) {
+	if old == nil {
+		return
+	}
+	for repo := range old.Repositories {
+		delete(s.repos, refRepo{old.ImageRef, repo})
+	}
 }
 
 // all returns every record. Records are immutable, so the caller may read

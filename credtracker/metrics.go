@@ -1,6 +1,8 @@
 package credtracker
 
 import (
+	"sync/atomic"
+
 	"k8s.io/component-base/metrics"
 )
 
@@ -67,6 +69,32 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 )
+
+// numActions bounds Action values, for the resolved counter table.
+const numActions = 4
+
+// checkCounters holds the checks_total child of every (action, reason),
+// resolved once the metric is registered, so that a decision counts with
+// one atomic add and no label hashing.
+var checkCounters atomic.Pointer[[numActions][numReasons]metrics.CounterMetric]
+
+func countCheck(d Decision) {
+	if t := checkCounters.Load(); t != nil {
+		t[d.Action][d.Reason].Inc()
+		return
+	}
+	if !checksTotal.IsCreated() {
+		return // not registered: nothing to count
+	}
+	var t [numActions][numReasons]metrics.CounterMetric
+	for a := range t {
+		for r := range t[a] {
+			t[a][r] = checksTotal.WithLabelValues(Action(a).String(), Reason(r).String())
+		}
+	}
+	checkCounters.Store(&t)
+	t[d.Action][d.Reason].Inc()
+}
 
 // Metrics returns the package's metrics, for the caller to register (for
 // example with legacyregistry.MustRegister). Unregistered metrics record

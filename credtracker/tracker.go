@@ -55,7 +55,7 @@ func (t *tracker) Hasher() *credential.Hasher { return t.hasher }
 
 func (t *tracker) Decide(req Request) Decision {
 	d := t.decide(req)
-	checksTotal.WithLabelValues(d.Action.String(), string(d.Reason)).Inc()
+	countCheck(d)
 	return d
 }
 
@@ -74,13 +74,10 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
-	rec := t.images.load(req.ImageRef)
-	var rr *RepositoryRecord
-	if rec != nil {
-		rr = rec.Repositories[repo]
-	}
+	rr := t.images.loadRepository(req.ImageRef, repo)
 	if rr == nil {
 		// The node has no record of pulling this image under this name.
+		rec := t.images.load(req.ImageRef)
 		switch {
 		case rec != nil && rec.UnknownOrigin != "":
 			return deny(req, ReasonUnknownOrigin)
@@ -98,12 +95,12 @@ func (t *tracker) decide(req Request) Decision {
 			return Decision{Action: UseImage, Reason: ReasonPreloaded}
 		}
 	}
-	return t.match(req, repo, rec, rr)
+	return t.match(req, repo, rr)
 }
 
 // match applies rule 4: may the pod use an image the node pulled under
 // this name, with what it can show?
-func (t *tracker) match(req Request, repo string, rec *ImageRecord, rr *RepositoryRecord) Decision {
+func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision {
 	var now time.Time
 	if t.maxAge > 0 {
 		now = t.clock.Now()

@@ -130,30 +130,64 @@ func (a Action) String() string {
 	return "unknown"
 }
 
-// Reason says why a Decision was made. Its values are the metric labels.
-type Reason string
+// Reason says why a Decision was made. Its String values are the metric
+// labels and what logs and the command line show.
+type Reason uint8
 
 // The reasons.
 const (
-	ReasonAlways            Reason = "pull_policy_always"
-	ReasonAbsent            Reason = "image_absent"
-	ReasonFeatureDisabled   Reason = "feature_disabled"
-	ReasonPolicyNeverVerify Reason = "policy_never_verify"
-	ReasonPreloaded         Reason = "preloaded"
-	ReasonAllowlisted       Reason = "allowlisted"
-	ReasonNotAllowlisted    Reason = "not_allowlisted"
-	ReasonAlwaysVerify      Reason = "policy_always_verify"
-	ReasonNodeAccessible    Reason = "node_accessible"
-	ReasonCredentialMatch   Reason = "credential_match"
-	ReasonSecretRotated     Reason = "secret_coordinates_match"
-	ReasonServiceAccount    Reason = "service_account_match"
-	ReasonNoMatch           Reason = "no_matching_credentials"
-	ReasonExpired           Reason = "credentials_expired"
-	ReasonPullInFlight      Reason = "pull_in_flight"
-	ReasonUnknownOrigin     Reason = "unknown_origin"
-	ReasonRecordsUnreadable Reason = "records_unreadable"
-	ReasonInvalidImageName  Reason = "invalid_image_name"
+	ReasonAlways Reason = iota + 1
+	ReasonAbsent
+	ReasonFeatureDisabled
+	ReasonPolicyNeverVerify
+	ReasonPreloaded
+	ReasonAllowlisted
+	ReasonNotAllowlisted
+	ReasonAlwaysVerify
+	ReasonNodeAccessible
+	ReasonCredentialMatch
+	ReasonSecretRotated
+	ReasonServiceAccount
+	ReasonNoMatch
+	ReasonExpired
+	ReasonPullInFlight
+	ReasonUnknownOrigin
+	ReasonRecordsUnreadable
+	ReasonInvalidImageName
+	numReasons
 )
+
+var reasonNames = [numReasons]string{
+	ReasonAlways:            "pull_policy_always",
+	ReasonAbsent:            "image_absent",
+	ReasonFeatureDisabled:   "feature_disabled",
+	ReasonPolicyNeverVerify: "policy_never_verify",
+	ReasonPreloaded:         "preloaded",
+	ReasonAllowlisted:       "allowlisted",
+	ReasonNotAllowlisted:    "not_allowlisted",
+	ReasonAlwaysVerify:      "policy_always_verify",
+	ReasonNodeAccessible:    "node_accessible",
+	ReasonCredentialMatch:   "credential_match",
+	ReasonSecretRotated:     "secret_coordinates_match",
+	ReasonServiceAccount:    "service_account_match",
+	ReasonNoMatch:           "no_matching_credentials",
+	ReasonExpired:           "credentials_expired",
+	ReasonPullInFlight:      "pull_in_flight",
+	ReasonUnknownOrigin:     "unknown_origin",
+	ReasonRecordsUnreadable: "records_unreadable",
+	ReasonInvalidImageName:  "invalid_image_name",
+}
+
+// String returns the reason's label, such as "credential_match".
+func (r Reason) String() string {
+	if r == 0 || r >= numReasons {
+		return "unknown"
+	}
+	return reasonNames[r]
+}
+
+// MarshalText makes a Reason print as its label in JSON.
+func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 
 // Decision is the outcome of Decide.
 type Decision struct {
