@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/assert"
@@ -186,6 +187,33 @@ func TestAccessLog(t *testing.T) {
 		assert.NotContains(t, buf.String(), password(u), "the access log holds a password")
 	}
 	assert.NotContains(t, buf.String(), "wrong password")
+}
+
+func TestKlogLineNamesTheUserNotThePassword(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		lines = append(lines, prefix+" "+args)
+	}, funcr.Options{Verbosity: 2})
+	r := newRegistry(t, fixture(), registry.WithLogger(logger))
+
+	call(t, r, http.MethodGet, "/v2/", alice, "")
+	call(t, r, http.MethodGet, "/v2/", bob, "wrong password")
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[0], `"msg"="Registry request"`)
+	assert.Contains(t, lines[0], `"user"="alice"`)
+	assert.Contains(t, lines[1], `"user"=""`)
+	assert.Contains(t, lines[1], `"claimedUser"="bob"`)
+	assert.Contains(t, lines[1], `"status"=401`)
+	for _, l := range lines {
+		assert.NotContains(t, l, password(alice), "a klog line holds a password")
+		assert.NotContains(t, l, "wrong password", "a klog line holds a password")
+	}
 }
 
 func TestFormatAccessLogLine(t *testing.T) {

@@ -3,6 +3,7 @@ package registry_test
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -39,6 +40,32 @@ func BenchmarkManifestHead(b *testing.B) {
 			}
 			b.StopTimer()
 			r.Reset()
+		})
+	}
+}
+
+// BenchmarkServeHTTPManifestHead measures the same request without the
+// network: what the middleware and go-containerregistry's handler cost.
+func BenchmarkServeHTTPManifestHead(b *testing.B) {
+	for _, bc := range []struct{ name, repo, user string }{
+		{name: "anonymous-public", repo: "public/base"},
+		{name: "basic-auth-private", repo: "team-a/app", user: alice},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			r := newRegistry(b, fixture())
+			imgs := seeded(b, r)
+			req := httptest.NewRequest(http.MethodHead, "/v2/"+bc.repo+"/manifests/"+imgs[bc.repo].Digest, nil)
+			if bc.user != "" {
+				req.SetBasicAuth(bc.user, password(bc.user))
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				w := httptest.NewRecorder()
+				r.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("status %d", w.Code)
+				}
+			}
 		})
 	}
 }
