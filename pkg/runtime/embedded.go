@@ -166,13 +166,14 @@ func (l *lease) release() {
 	l.held = nil
 }
 
-// lookupKey turns an ImageSpec into an index key: an image ID as it is, a
-// name normalized.
-func lookupKey(spec *runtimeapi.ImageSpec) (string, error) {
+// lookupKey turns an ImageSpec into an index key: an image ID or a name
+// already in canonical form as it is (a name the index holds is canonical,
+// and normalizing is idempotent), any other name normalized.
+func lookupKey(idx *imageIndex, spec *runtimeapi.ImageSpec) (string, error) {
 	if spec == nil || spec.Image == "" {
 		return "", fmt.Errorf("%w: no image given", ErrInvalidReference)
 	}
-	if isImageID(spec.Image) {
+	if _, ok := idx.Names[spec.Image]; ok || isImageID(spec.Image) {
 		return spec.Image, nil
 	}
 	return NormalizeImage(spec.Image)
@@ -182,11 +183,11 @@ func lookupKey(spec *runtimeapi.ImageSpec) (string, error) {
 // reference, or an image ID), or a response with a nil Image when it is not
 // present. With verbose, Info["info"] describes the stored manifests.
 func (e *Embedded) ImageStatus(_ context.Context, spec *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
-	key, err := lookupKey(spec)
+	idx := e.idx.Load()
+	key, err := lookupKey(idx, spec)
 	if err != nil {
 		return nil, err
 	}
-	idx := e.idx.Load()
 	img := idx.lookup(key)
 	if img == nil {
 		return &runtimeapi.ImageStatusResponse{}, nil
@@ -203,7 +204,7 @@ func (e *Embedded) ImageStatus(_ context.Context, spec *runtimeapi.ImageSpec, ve
 func (e *Embedded) ListImages(_ context.Context, filter *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
 	idx := e.idx.Load()
 	if filter != nil && filter.Image != nil && filter.Image.Image != "" {
-		key, err := lookupKey(filter.Image)
+		key, err := lookupKey(idx, filter.Image)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +226,7 @@ func (e *Embedded) ListImages(_ context.Context, filter *runtimeapi.ImageFilter)
 // both resolve to the same image ID. Blobs no other image needs are deleted.
 // Removing an image that is not present is not an error.
 func (e *Embedded) RemoveImage(_ context.Context, spec *runtimeapi.ImageSpec) error {
-	key, err := lookupKey(spec)
+	key, err := lookupKey(e.idx.Load(), spec)
 	if err != nil {
 		return err
 	}
