@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -41,6 +42,26 @@ func TestRegistryFailure(t *testing.T) {
 			}
 			var te *transport.Error
 			assert.False(t, errors.As(got, &te), "the unscrubbed error is not reachable")
+		})
+	}
+}
+
+func TestMediaTypeOf(t *testing.T) {
+	tests := []struct {
+		name      string
+		announced types.MediaType
+		raw       string
+		want      types.MediaType
+	}{
+		{name: "announced", announced: types.DockerManifestList, raw: `{}`, want: types.DockerManifestList},
+		{name: "generic content type", announced: "application/json", raw: `{"mediaType":"` + string(types.DockerManifestSchema2) + `"}`, want: types.DockerManifestSchema2},
+		{name: "oci index without media type", raw: `{"schemaVersion":2,"manifests":[]}`, want: types.OCIImageIndex},
+		{name: "oci manifest without media type", raw: `{"schemaVersion":2,"config":{}}`, want: types.OCIManifestSchema1},
+		{name: "schema 1", announced: types.DockerManifestSchema1Signed, want: types.DockerManifestSchema1Signed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, mediaTypeOf(tt.announced, []byte(tt.raw)))
 		})
 	}
 }

@@ -172,10 +172,11 @@ func (e *Embedded) fetchManifest(ctx context.Context, p *remote.Puller, repo nam
 	return raw, nil
 }
 
-// mediaTypeOf is the media type the registry announced, or the one the
-// manifest declares, or (OCI allows leaving it out) the one its shape says.
+// mediaTypeOf is the media type the registry announced when it is a
+// manifest type, else the one the manifest declares, else (OCI allows
+// leaving it out) the one its shape says.
 func mediaTypeOf(announced types.MediaType, raw []byte) types.MediaType {
-	if announced != "" {
+	if announced.IsImage() || announced.IsIndex() || announced.IsSchema1() {
 		return announced
 	}
 	var probe struct {

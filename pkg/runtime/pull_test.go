@@ -7,6 +7,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -306,4 +309,47 @@ func TestPullRejectsInvalidNames(t *testing.T) {
 	}
 	_, err := e.PullImage(context.Background(), nil, nil, nil)
 	assert.ErrorIs(t, err, runtime.ErrInvalidReference)
+}
+
+func TestConcurrentPullsAndRemovalsKeepTheStoreComplete(t *testing.T) {
+	reg := newTestRegistry(t)
+	reg.makePublic("public/a")
+	reg.makePublic("public/b")
+	base := randomImage(t, 2)
+	extra, err := random.Layer(256, types.DockerLayer)
+	require.NoError(t, err)
+	derived, err := mutate.AppendLayers(base, extra)
+	require.NoError(t, err)
+	reg.push(reg.ref("public/a:v1"), base)
+	reg.push(reg.ref("public/b:v1"), derived) // shares base's layers
+	dir := t.TempDir()
+	e := newEmbedded(t, dir)
+	ctx := context.Background()
+
+	var wg sync.WaitGroup
+	for _, repo := range []string{"public/a:v1", "public/b:v1"} {
+		ref := reg.ref(repo)
+		wg.Go(func() {
+			for range 5 {
+				_, err := e.PullImage(ctx, spec(ref), nil, nil)
+				assert.NoError(t, err)
+			}
+		})
+		wg.Go(func() {
+			for range 5 {
+				assert.NoError(t, e.RemoveImage(ctx, spec(ref)))
+			}
+		})
+	}
+	wg.Wait()
+
+	reopened := newEmbedded(t, dir)
+	images, err := reopened.ListImages(ctx, nil)
+	require.NoError(t, err)
+	reg.reset()
+	for _, img := range images {
+		_, err := reopened.PullImage(ctx, spec(img.RepoTags[0]), nil, nil)
+		require.NoError(t, err)
+	}
+	assert.Zero(t, reg.count(kindBlob), "every listed image still has all its blobs")
 }
