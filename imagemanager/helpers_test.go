@@ -74,8 +74,14 @@ func pod(ns, name string, secrets ...string) *corev1.Pod {
 // secret makes a kubernetes.io/dockerconfigjson secret for user on
 // registry.example.
 func secret(ns, name, user string) *corev1.Secret {
+	return registrySecret(ns, name, "registry.example", user)
+}
+
+// registrySecret makes a kubernetes.io/dockerconfigjson secret for user on
+// host.
+func registrySecret(ns, name, host, user string) *corev1.Secret {
 	pw := passwords[user]
-	cfg := map[string]any{"auths": map[string]any{"registry.example": map[string]string{
+	cfg := map[string]any{"auths": map[string]any{host: map[string]string{
 		"username": user, "password": pw, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pw)),
 	}}}
 	data, _ := json.Marshal(cfg)
