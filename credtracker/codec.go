@@ -20,6 +20,10 @@ import (
 //	string  = uvarint length | bytes
 //	time    = varint Unix nanoseconds (0 for the zero time)
 //
+// The checksum covers the value's store key too (crc32c(key || value
+// without its checksum)), so the key is not stored twice yet a damaged key
+// is caught like a damaged value.
+//
 // Version 1 is apiVersion credtracker.pullguard.io/v1. The payloads are
 // described beside each encoder below; docs/architecture.md has the table.
 const (
@@ -91,8 +95,13 @@ func (e *encoder) time(t time.Time) {
 	}
 	e.buf = binary.AppendVarint(e.buf, t.UnixNano())
 }
-func (e *encoder) finish() []byte {
-	return binary.LittleEndian.AppendUint32(e.buf, crc32.Checksum(e.buf, castagnoli))
+// finish appends the checksum of key and the value so far.
+func (e *encoder) finish(key string) []byte {
+	return binary.LittleEndian.AppendUint32(e.buf, checksum(key, e.buf))
+}
+
+func checksum(key string, body []byte) uint32 {
+	return crc32.Update(crc32.Checksum([]byte(key), castagnoli), castagnoli, body)
 }
 
 type decoder struct {
@@ -100,14 +109,14 @@ type decoder struct {
 	err error
 }
 
-// newDecoder checks the header and checksum of data and returns a decoder
-// over its payload.
-func newDecoder(data []byte, want kind) (*decoder, error) {
+// newDecoder checks the header and checksum of data, stored under key, and
+// returns a decoder over its payload.
+func newDecoder(key string, data []byte, want kind) (*decoder, error) {
 	if len(data) < headerLen+trailerLen {
 		return nil, fmt.Errorf("%w: %d bytes is too short", ErrCorruptRecord, len(data))
 	}
 	body, sum := data[:len(data)-trailerLen], binary.LittleEndian.Uint32(data[len(data)-trailerLen:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
+	if got := checksum(key, body); got != sum {
 		return nil, fmt.Errorf("%w: checksum mismatch", ErrCorruptRecord)
 	}
 	if string(body[:len(magic)]) != magic {
@@ -211,13 +220,14 @@ func (d *decoder) end() error {
 
 // encodeRecord encodes an ImagePulledRecord:
 //
-//	imageRef string | unknownOrigin string | updated time | count uvarint | repository*
+//	unknownOrigin string | updated time | count uvarint | repository*
+//
+// (the image ref is the store key)
 //	repository = name string | nodeAccessible flag | updated time |
 //	             count uvarint | (namespace, name, uid string | hash [32]byte | verified time)* |
 //	             count uvarint | (namespace, name, uid string | verified time)*
 func encodeRecord(r *ImageRecord) []byte {
-	e := newEncoder(kindImagePulledRecord, 96+len(r.Repositories)*160)
-	e.str(r.ImageRef)
+	e := newEncoder(kindImagePulledRecord, 32+len(r.Repositories)*160)
 	e.str(r.UnknownOrigin)
 	e.time(r.Updated)
 	e.uvarint(uint64(len(r.Repositories)))
@@ -242,17 +252,20 @@ func encodeRecord(r *ImageRecord) []byte {
 			e.time(sa.Verified)
 		}
 	}
-	return e.finish()
+	return e.finish(r.ImageRef)
 }
 
 // decodeRecord decodes and validates a stored record; key is the store key
 // it was found under, which must be its image ref.
 func decodeRecord(key string, data []byte) (*ImageRecord, error) {
-	d, err := newDecoder(data, kindImagePulledRecord)
+	if key == "" {
+		return nil, fmt.Errorf("%w: empty image ref", ErrCorruptRecord)
+	}
+	d, err := newDecoder(key, data, kindImagePulledRecord)
 	if err != nil {
 		return nil, err
 	}
-	r := &ImageRecord{ImageRef: d.str("imageRef"), UnknownOrigin: d.str("unknownOrigin"), Updated: d.time("updated")}
+	r := &ImageRecord{ImageRef: key, UnknownOrigin: d.str("unknownOrigin"), Updated: d.time("updated")}
 	n := d.length("repositories", maxListLen)
 	r.Repositories = make(map[string]*RepositoryRecord, n)
 	for i := 0; i < n && d.err == nil; i++ {
@@ -284,9 +297,6 @@ func decodeRecord(key string, data []byte) (*ImageRecord, error) {
 	if err := d.end(); err != nil {
 		return nil, err
 	}
-	if r.ImageRef == "" || r.ImageRef != key {
-		return nil, fmt.Errorf("%w: imageRef %q does not match its key %q", ErrCorruptRecord, r.ImageRef, key)
-	}
 	return r, nil
 }
 
@@ -310,17 +320,17 @@ func validateRepository(name string, rr *RepositoryRecord) error {
 	return nil
 }
 
-// encodeIntent encodes an ImagePullIntent: image string.
+// encodeIntent encodes an ImagePullIntent: image string (also its key).
 func encodeIntent(image string) []byte {
 	e := newEncoder(kindImagePullIntent, len(image)+2)
 	e.str(image)
-	return e.finish()
+	return e.finish(image)
 }
 
 // decodeIntent returns the image of a stored intent; key is the store key,
 // which must be the intent's normalized image.
 func decodeIntent(key string, data []byte) (string, error) {
-	d, err := newDecoder(data, kindImagePullIntent)
+	d, err := newDecoder(key, data, kindImagePullIntent)
 	if err != nil {
 		return "", err
 	}
@@ -351,11 +361,11 @@ func encodeStatus(s storeStatus) []byte {
 	e.str(s.RecoveryReason)
 	e.str(s.AsidePath)
 	e.flag(s.SeedPending)
-	return e.finish()
+	return e.finish(string(keyStatus))
 }
 
 func decodeStatus(data []byte) (storeStatus, error) {
-	d, err := newDecoder(data, kindStoreStatus)
+	d, err := newDecoder(string(keyStatus), data, kindStoreStatus)
 	if err != nil {
 		return storeStatus{}, err
 	}

@@ -54,9 +54,9 @@ func TestRecordDecodeRejects(t *testing.T) {
 		msg  string
 	}{
 		{name: "empty", key: codecRef, data: nil, msg: "too short"},
-		{name: "wrong key", key: "sha256:other", data: good, msg: "does not match its key"},
+		{name: "stored under another key", key: "sha256:other", data: good, msg: "checksum"},
 		{name: "truncated", key: codecRef, data: good[:len(good)-10], msg: "checksum"},
-		{name: "intent where a record belongs", key: codecRef, data: encodeIntent("docker.io/library/alpine:1"), msg: "kind ImagePullIntent"},
+		{name: "intent where a record belongs", key: codecRef, data: encodeIntent(codecRef), msg: "kind ImagePullIntent"},
 		{name: "future version", key: codecRef, data: withHeader(good, 4, 2), msg: "format version 2"},
 		{name: "not ours", key: codecRef, data: withHeader(good, 0, 'x'), msg: "not a credtracker object"},
 		{name: "node-accessible with credentials", key: codecRef, data: encodeRecord(&ImageRecord{ImageRef: codecRef, Repositories: map[string]*RepositoryRecord{
@@ -81,7 +81,7 @@ func withHeader(data []byte, i int, b byte) []byte {
 	out := append([]byte(nil), data[:len(data)-trailerLen]...)
 	out[i] = b
 	e := &encoder{buf: out}
-	return e.finish()
+	return e.finish(codecRef)
 }
 
 func TestEveryFlippedBitIsDetected(t *testing.T) {
@@ -99,7 +99,7 @@ func TestIntentAndStatusRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "docker.io/library/alpine:3", img)
 	_, err = decodeIntent("docker.io/library/other:3", encodeIntent("docker.io/library/alpine:3"))
-	assert.ErrorIs(t, err, ErrCorruptRecord)
+	assert.ErrorIs(t, err, ErrCorruptRecord, "an intent moved to another key is caught")
 
 	st := storeStatus{RecoveredAt: time.Unix(100, 5).UTC(), RecoveryReason: "invalid database", AsidePath: "/x/records.db.unreadable", SeedPending: true}
 	got, err := decodeStatus(encodeStatus(st))

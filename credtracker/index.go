@@ -57,6 +57,27 @@ func (x *recordIndex) load(ref string) *ImageRecord {
 	return r
 }
 
+// storeAll adds records in bulk at start-up, sizing the shards' maps
+// once. It must not run concurrently with other uses of the index.
+func (x *recordIndex) storeAll(recs []*ImageRecord) {
+	per := len(recs)/indexShards + len(recs)/(4*indexShards) + 1
+	for i := range x.shards {
+		s := &x.shards[i]
+		if len(s.m) == 0 {
+			s.m = make(map[string]*ImageRecord, per)
+			s.repos = make(map[refRepo]*RepositoryRecord, per)
+		}
+	}
+	for _, r := range recs {
+		s := x.shard(r.ImageRef)
+		s.dropRepos(s.m[r.ImageRef])
+		s.m[r.ImageRef] = r
+		for repo, rr := range r.Repositories {
+			s.repos[refRepo{r.ImageRef, repo}] = rr
+		}
+	}
+}
+
 // loadRepository returns the entry for repo in ref's record, or nil.
 func (x *recordIndex) loadRepository(ref, repo string) *RepositoryRecord {
 	s := x.shard(ref)
@@ -92,6 +113,18 @@ func (s *indexShard) dropRepos(old *ImageRecord) {
 	for repo := range old.Repositories {
 		delete(s.repos, refRepo{old.ImageRef, repo})
 	}
+}
+
+// len returns the number of records.
+func (x *recordIndex) len() int {
+	n := 0
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.RLock()
+		n += len(s.m)
+		s.mu.RUnlock()
+	}
+	return n
 }
 
 // all returns every record. Records are immutable, so the caller may read

@@ -161,16 +161,14 @@ func (t *tracker) recover(ctx context.Context, path string, cause error, inv Ima
 		s.close()
 		return contents{}, fmt.Errorf("failed to write the new record store: %w", err)
 	}
-	return contents{records: map[string]*ImageRecord{}, unreadable: map[string]error{}, intents: map[string]bool{}, status: st}, nil
+	return contents{unreadable: map[string]error{}, intents: map[string]bool{}, status: st}, nil
 }
 
 // adopt installs what was read, quarantines unreadable records, resolves
 // leftover intents and completes a pending seed.
 func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) error {
 	now := t.clock.Now()
-	for _, r := range c.records {
-		t.images.store(r)
-	}
+	t.images.storeAll(c.records)
 	t.status.RecoveredAt, t.status.RecoveryReason, t.status.AsidePath = c.status.RecoveredAt, c.status.RecoveryReason, c.status.AsidePath
 
 	for ref, cause := range c.unreadable {
@@ -223,7 +221,7 @@ func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) err
 		}
 	}
 
-	n := len(t.images.all())
+	n := t.images.len()
 	t.count.Store(int64(n))
 	t.setMemoryCount(int64(n))
 	t.setDiskCount(n)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -73,7 +75,7 @@ func (s *store) close() error { return s.db.Close() }
 
 // contents is everything read from the store at start-up.
 type contents struct {
-	records    map[string]*ImageRecord
+	records    []*ImageRecord
 	unreadable map[string]error // image ref -> why its record was not trusted
 	intents    map[string]bool  // normalized image -> true
 	status     storeStatus
@@ -83,7 +85,7 @@ type contents struct {
 // unreadable, not failed on; a failure to walk the file at all wraps
 // errStoreCorrupt.
 func (s *store) load() (c contents, err error) {
-	c = contents{records: map[string]*ImageRecord{}, unreadable: map[string]error{}, intents: map[string]bool{}}
+	c = contents{unreadable: map[string]error{}, intents: map[string]bool{}}
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("%w: %s: %v", errStoreCorrupt, s.path, p)
@@ -94,15 +96,9 @@ func (s *store) load() (c contents, err error) {
 		if pulled == nil || intents == nil || meta == nil {
 			return errors.New("missing buckets")
 		}
-		if err := pulled.ForEach(func(k, v []byte) error {
-			r, err := decodeRecord(string(k), v)
-			if err != nil {
-				c.unreadable[string(k)] = err
-				return nil
-			}
-			c.records[r.ImageRef] = r
-			return nil
-		}); err != nil {
+		var err error
+		c.records, err = decodeAll(pulled, c.unreadable)
+		if err != nil {
 			return err
 		}
 		if err := intents.ForEach(func(k, v []byte) error {
@@ -129,6 +125,44 @@ func (s *store) load() (c contents, err error) {
 		err = fmt.Errorf("%w: %s: %v", errStoreCorrupt, s.path, err)
 	}
 	return c, err
+}
+
+// decodeAll decodes every record of the bucket, on every core: start-up
+// time is decoding time. The values are bbolt's memory-mapped pages, valid
+// until the read transaction ends, which is after decodeAll returns.
+// Records that do not decode are put in unreadable.
+func decodeAll(b *bolt.Bucket, unreadable map[string]error) ([]*ImageRecord, error) {
+	type kv struct{ k, v []byte }
+	var raw []kv
+	if err := b.ForEach(func(k, v []byte) error {
+		raw = append(raw, kv{k, v})
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	recs := make([]*ImageRecord, len(raw))
+	errs := make([]error, len(raw))
+	workers := min(runtime.GOMAXPROCS(0), 1+len(raw)/1024)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(raw); i += workers {
+				recs[i], errs[i] = decodeRecord(string(raw[i].k), raw[i].v)
+			}
+		}()
+	}
+	wg.Wait()
+	out := recs[:0]
+	for i, r := range recs {
+		if errs[i] != nil {
+			unreadable[string(raw[i].k)] = errs[i]
+			continue
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // update is one durable transaction over the three buckets.
