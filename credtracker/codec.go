@@ -95,6 +95,7 @@ func (e *encoder) time(t time.Time) {
 	}
 	e.buf = binary.AppendVarint(e.buf, t.UnixNano())
 }
+
 // finish appends the checksum of key and the value so far.
 func (e *encoder) finish(key string) []byte {
 	return binary.LittleEndian.AppendUint32(e.buf, checksum(key, e.buf))
@@ -223,6 +224,7 @@ func (d *decoder) end() error {
 //	unknownOrigin string | updated time | count uvarint | repository*
 //
 // (the image ref is the store key)
+//
 //	repository = name string | nodeAccessible flag | updated time |
 //	             count uvarint | (namespace, name, uid string | hash [32]byte | verified time)* |
 //	             count uvarint | (namespace, name, uid string | verified time)*
