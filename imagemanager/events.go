@@ -24,12 +24,13 @@ func (m *Manager) event(req Request, eventType, reason, format string, args ...a
 	if req.Pod != nil {
 		m.recorder.Event(req.Pod, eventType, reason, msg)
 	}
-	logger := m.logger.WithValues("pod", podRef(req.Pod), "image", req.Image, "reason", reason)
+	// The event is the audit trail; the log has it at verbosity 2 (Warning)
+	// and 3 (Normal).
+	v := 3
 	if eventType == corev1.EventTypeWarning {
-		logger.Info(msg, "type", eventType)
-	} else {
-		logger.V(2).Info(msg, "type", eventType)
+		v = 2
 	}
+	m.logger.V(v).Info(msg, "pod", podRef(req.Pod), "image", req.Image, "reason", reason, "type", eventType)
 	return msg
 }
 

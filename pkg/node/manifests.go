@@ -54,6 +54,16 @@ func LoadFiles(paths ...string) (*Manifests, error) {
 	return m, nil
 }
 
+// Load reads manifests from data as LoadFiles reads a file; name is used
+// in errors.
+func Load(name string, data []byte) (*Manifests, error) {
+	m := &Manifests{Secrets: map[types.NamespacedName]*corev1.Secret{}, ServiceAccounts: map[types.NamespacedName]*corev1.ServiceAccount{}}
+	if err := m.add(name, data); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 func (m *Manifests) add(path string, data []byte) error {
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for doc := 1; ; doc++ {

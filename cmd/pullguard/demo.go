@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/spf13/cobra"
+	"golang.org/x/crypto/bcrypt"
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/registry"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+func newDemoCommand() *cobra.Command {
+	var rootDir string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the multi-tenant story on an embedded registry and runtime",
+		Long: `demo starts a registry (on 127.0.0.1, with per-repository access for three
+tenants) and pullguard's embedded runtime, and plays the story pullguard exists
+for: tenant A pulls its private image; tenant B, without A's credentials, is
+refused by the registry (IfNotPresent) or told the image is not present
+(Never); A's next pod starts with no registry contact; tenant C, with its own
+credentials, is verified by one manifest request; a preloaded image stays free;
+and after a restart the protection still holds. It needs nothing but Go, and
+exits non-zero if any outcome differs from the expected one.`,
+		Example: `  pullguard demo
+  pullguard demo --root-dir /tmp/pullguard-demo   # keep the state to inspect with 'pullguard records'`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir := rootDir
+			if dir == "" {
+				tmp, err := os.MkdirTemp("", "pullguard-demo-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				dir = tmp
+			}
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir)
+		},
+	}
+	cmd.Flags().StringVar(&rootDir, "root-dir", "", "keep the demo's state here (default: a temporary directory, removed afterwards)")
+	return cmd
+}
+
+// demoStep is one step of the story: pods to run (or a restart), and what
+// must happen.
+type demoStep struct {
+	title   string
+	restart bool
+	pods    string // YAML, with {{REG}} for the registry host
+	want    []demoWant
+}
+
+type demoWant struct {
+	err       string // "" for success
+	pulled    bool
+	manifests int // manifest requests by the step, -1: don't check
+	blobs     int
+}
+
+const demoSecrets = `
+apiVersion: v1
+kind: Secret
+metadata: {name: regcred, namespace: team-a}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{"auths":{"{{REG}}":{"username":"alice","password":"{{PW_alice}}"}}}'}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: regcred, namespace: team-c}
+type: kubernetes.io/dockerconfigjson
+stringData: {.dockerconfigjson: '{"auths":{"{{REG}}":{"username":"carol","password":"{{PW_carol}}"}}}'}
+`
+
+func demoPod(ns, name, image, policy string, secret bool) string {
+	s := ""
+	if secret {
+		s = "\n  imagePullSecrets: [{name: regcred}]"
+	}
+	return fmt.Sprintf("---\napiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s}\nspec:%s\n  containers: [{name: app, image: '%s', imagePullPolicy: %s}]\n", name, ns, s, image, policy)
+}
+
+func demoSteps() []demoStep {
+	private := "{{REG}}/team-a/app:v1"
+	preloaded := "{{REG}}/vendor/agent:1"
+	return []demoStep{
+		{title: "1. tenant A pulls its private image with its secret",
+			pods: demoPod("team-a", "app-1", private, "IfNotPresent", true),
+			want: []demoWant{{pulled: true, manifests: -1, blobs: -1}}},
+		{title: "2. tenant B, no credentials, IfNotPresent: the registry decides",
+			pods: demoPod("team-b", "intruder", private, "IfNotPresent", false),
+			want: []demoWant{{err: "ErrImagePull", pulled: true, manifests: 1, blobs: 0}}},
+		{title: "3. tenant B, Never: as if the image were absent",
+			pods: demoPod("team-b", "intruder-never", private, "Never", false),
+			want: []demoWant{{err: "ErrImageNeverPull", manifests: 0, blobs: 0}}},
+		{title: "4. tenant A's second pod: same credentials, no registry contact",
+			pods: demoPod("team-a", "app-2", private, "IfNotPresent", true),
+			want: []demoWant{{manifests: 0, blobs: 0}}},
+		{title: "5. tenant C, its own credentials: verified by one manifest request",
+			pods: demoPod("team-c", "app", private, "IfNotPresent", true),
+			want: []demoWant{{pulled: true, manifests: 1, blobs: 0}}},
+		{title: "6. a preloaded image stays free for everyone",
+			pods: demoPod("team-b", "agent", preloaded, "Never", false),
+			want: []demoWant{{manifests: 0, blobs: 0}}},
+		{title: "7. restart (a new process over the same state)", restart: true},
+		{title: "8. after the restart: tenant B still refused, tenant A still free",
+			pods: demoPod("team-b", "intruder-again", private, "Never", false) + demoPod("team-a", "app-3", private, "IfNotPresent", true),
+			want: []demoWant{{err: "ErrImageNeverPull", manifests: 0, blobs: 0}, {manifests: 0, blobs: 0}}},
+	}
+}
+
+func randomPassword() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func runDemo(ctx context.Context, out io.Writer, rootDir string) error {
+	pw := map[string]string{"alice": randomPassword(), "carol": randomPassword()}
+	reg, err := registry.New(registry.Config{
+		Users: []registry.User{{Name: "alice", Password: pw["alice"]}, {Name: "carol", Password: pw["carol"]}},
+		Repositories: []registry.Repository{
+			{Name: "team-a/app", Readers: []string{"alice", "carol"}},
+			{Name: "vendor/*", Readers: []string{"alice"}},
+		},
+	}, registry.WithBcryptCost(bcrypt.MinCost))
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	img, err := registry.Image(1, 2, 64<<10)
+	if err != nil {
+		return err
+	}
+	if _, err := reg.Push(ctx, "team-a/app", "v1", img); err != nil {
+		return err
+	}
+	// The preloaded image: side-loaded into the runtime, never pulled by the node.
+	agent, err := registry.Image(2, 1, 16<<10)
+	if err != nil {
+		return err
+	}
+	if err := preload(ctx, rootDir, reg.Host()+"/vendor/agent:1", agent); err != nil {
+		return err
+	}
+	fill := func(s string) string {
+		return strings.NewReplacer("{{REG}}", reg.Host(), "{{PW_alice}}", pw["alice"], "{{PW_carol}}", pw["carol"]).Replace(s)
+	}
+
+	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice), state in %s\n\n", reg.Host(), rootDir)
+	start := func() (*node.Node, error) {
+		settings, err := node.ResolveSettings(nil, node.Flags{})
+		if err != nil {
+			return nil, err
+		}
+		return node.Start(ctx, node.Config{RootDir: rootDir, Settings: settings, Logger: klog.Background()})
+	}
+	n, err := start()
+	if err != nil {
+		return err
+	}
+	defer func() { n.Close() }()
+
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tPOD\tPOLICY\tRESULT\tREGISTRY REQUESTS\tWHY\tAS EXPECTED")
+	failures := 0
+	var events []node.Event
+	for _, step := range demoSteps() {
+		if step.restart {
+			events = append(events, n.Events.Events()...)
+			n.Close()
+			if n, err = start(); err != nil {
+				return err
+			}
+			fmt.Fprintf(tw, "%s\t\t\t\t\t\t\n", step.title)
+			continue
+		}
+		m, err := node.Load("demo", []byte(fill(demoSecrets+step.pods)))
+		if err != nil {
+			return err
+		}
+		for i, p := range m.Pods {
+			reg.Reset()
+			one := &node.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]}
+			r := n.Run(ctx, one)[0]
+			man, blob := reg.Count(registry.Filter{Kind: registry.KindManifest}), reg.Count(registry.Filter{Kind: registry.KindBlob})
+			w := step.want[i]
+			ok := r.Error == w.err && r.Pulled == w.pulled && (w.manifests < 0 || man == w.manifests) && (w.blobs < 0 || blob == w.blobs)
+			mark := "yes"
+			if !ok {
+				mark = "NO"
+				failures++
+			}
+			title := step.title
+			if i > 0 {
+				title = ""
+			}
+			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d manifest, %d blob\t%s\t%s\n", title, p.Namespace, p.Name, r.PullPolicy, outcome(r), man, blob, why(r), mark)
+		}
+	}
+	tw.Flush()
+	events = append(events, n.Events.Events()...)
+	writeEvents(out, events)
+	if failures > 0 {
+		return fmt.Errorf("%d outcomes differ from the expected ones: the protection did not hold", failures)
+	}
+	fmt.Fprintln(out, "\nEvery outcome is as expected. Inspect the records with: pullguard records --root-dir", rootDir)
+	return nil
+}
+
+// preload side-loads an image into the embedded runtime under rootDir, as
+// an image baked into a node's disk would be.
+func preload(ctx context.Context, rootDir, ref string, img v1.Image) error {
+	rt, err := pgruntime.NewEmbedded(filepath.Join(rootDir, node.RuntimeDir))
+	if err != nil {
+		return err
+	}
+	defer rt.Close(ctx)
+	_, err = rt.Load(ctx, ref, img)
+	return err
+}

@@ -1,0 +1,186 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/keyring"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// Directories under the root directory.
+const (
+	TrackerDir = "credtracker"
+	RuntimeDir = "runtime"
+)
+
+// Config says how to assemble a node.
+type Config struct {
+	// RootDir holds the state: the tracker's records and hash key, and the
+	// embedded runtime's images. The node's docker config is also searched
+	// there first, as the kubelet does with its root directory.
+	RootDir string
+	// RuntimeEndpoint is a CRI socket ("unix:///run/containerd/containerd.sock");
+	// empty means the embedded runtime under RootDir.
+	RuntimeEndpoint string
+	Settings        Settings
+	// CredentialProviderConfig and CredentialProviderBinDir are the
+	// kubelet's --image-credential-provider-config and -bin-dir.
+	CredentialProviderConfig string
+	CredentialProviderBinDir string
+	// ServiceAccounts serves service-account-token providers; nil means
+	// such providers get no service account.
+	ServiceAccounts credentialprovider.ServiceAccountTokenSource
+	// ConcurrentNamespaces runs the pods of different namespaces at once.
+	ConcurrentNamespaces bool
+	Logger               klog.Logger
+}
+
+// Node is the kubelet's image machinery, assembled.
+type Node struct {
+	Runtime imagemanager.ImageService
+	Tracker credtracker.Tracker
+	Images  *imagemanager.Manager
+	Events  *EventLog
+
+	providers *credentialprovider.Manager
+	driver    *Driver
+}
+
+// Start checks cfg, then assembles the node. Every input is checked before
+// anything is written under RootDir, so bad input changes no state.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.RootDir == "" {
+		return nil, fmt.Errorf("%w: the root directory is required", ErrInvalidConfig)
+	}
+	logger := cfg.Logger
+	if logger.GetSink() == nil {
+		logger = klog.Background()
+	}
+	var providerCfg *credentialprovider.Config
+	if cfg.CredentialProviderConfig != "" {
+		if cfg.CredentialProviderBinDir == "" {
+			return nil, fmt.Errorf("%w: --image-credential-provider-bin-dir is required with --image-credential-provider-config", ErrInvalidConfig)
+		}
+		pc, err := credentialprovider.LoadConfig(cfg.CredentialProviderConfig)
+		if err != nil {
+			return nil, err
+		}
+		if err := pc.Validate(cfg.Settings.Gates); err != nil {
+			return nil, err
+		}
+		providerCfg = pc
+	}
+
+	n := &Node{Events: &EventLog{}}
+	ok := false
+	defer func() {
+		if !ok {
+			n.Close()
+		}
+	}()
+	if cfg.RuntimeEndpoint != "" {
+		rt, err := pgruntime.NewRemote(ctx, cfg.RuntimeEndpoint, pgruntime.DefaultRemoteTimeout)
+		if err != nil {
+			return nil, err
+		}
+		n.Runtime = rt
+	}
+	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create the root directory: %w", err)
+	}
+	if n.Runtime == nil {
+		rt, err := pgruntime.NewEmbedded(filepath.Join(cfg.RootDir, RuntimeDir), pgruntime.WithLogger(logger))
+		if err != nil {
+			return nil, err
+		}
+		n.Runtime = rt
+	}
+
+	var hasher *credential.Hasher
+	if cfg.Settings.Gates.EnsureSecretPulledImages {
+		tr, err := credtracker.New(ctx, credtracker.Config{
+			Dir:       filepath.Join(cfg.RootDir, TrackerDir),
+			Policy:    cfg.Settings.Policy,
+			Allowlist: cfg.Settings.Allowlist,
+		}, imagemanager.Inventory(n.Runtime), credtracker.WithLogger(logger))
+		if err != nil {
+			return nil, err
+		}
+		n.Tracker, hasher = tr, tr.Hasher()
+	} else {
+		n.Tracker = credtracker.Disabled()
+		key := make([]byte, credential.KeySize)
+		if _, err := rand.Read(key); err != nil {
+			return nil, err
+		}
+		hasher, _ = credential.NewHasher(key)
+	}
+
+	nodeKeyring, err := keyring.NodeKeyring(hasher, keyring.DefaultNodeConfigFiles(cfg.RootDir))
+	if err != nil {
+		// A malformed node file is passed over; the node keyring still works.
+		logger.Error(err, "Some of the node's docker config could not be read")
+	}
+	opts := []imagemanager.Option{
+		imagemanager.WithHasher(hasher),
+		imagemanager.WithNodeKeyring(nodeKeyring),
+		imagemanager.WithLogger(logger),
+		imagemanager.WithSerializedPulls(cfg.Settings.SerializeImagePulls),
+		imagemanager.WithMaxParallelImagePulls(cfg.Settings.MaxParallelImagePulls),
+		imagemanager.WithRegistryQPS(cfg.Settings.RegistryPullQPS, cfg.Settings.RegistryBurst),
+	}
+	if providerCfg != nil {
+		popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
+		if cfg.ServiceAccounts != nil {
+			popts = append(popts, credentialprovider.WithServiceAccountTokenSource(cfg.ServiceAccounts))
+		}
+		pm, err := credentialprovider.NewManager(providerCfg, cfg.CredentialProviderBinDir, hasher, popts...)
+		if err != nil {
+			return nil, err
+		}
+		n.providers = pm
+		opts = append(opts, imagemanager.WithCredentialProviders(pm))
+	}
+	n.Images, err = imagemanager.New(n.Runtime, n.Tracker, n.Events, opts...)
+	if err != nil {
+		return nil, err
+	}
+	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
+	ok = true
+	return n, nil
+}
+
+// Run ensures the images of every pod in m and returns the results in file
+// order.
+func (n *Node) Run(ctx context.Context, m *Manifests) []Result {
+	return n.driver.Run(ctx, m)
+}
+
+// Close releases the tracker's store, the plugins and the runtime.
+func (n *Node) Close() error {
+	var errs []error
+	if n.providers != nil {
+		n.providers.Close()
+	}
+	if n.Tracker != nil {
+		errs = append(errs, n.Tracker.Close())
+	}
+	if n.Runtime != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errs = append(errs, n.Runtime.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
