@@ -47,7 +47,7 @@ exits non-zero if any outcome differs from the expected one.`,
 				defer os.RemoveAll(tmp)
 				dir = tmp
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir, rootDir != "")
 		},
 	}
 	cmd.Flags().StringVar(&rootDir, "root-dir", "", "keep the demo's state here (default: a temporary directory, removed afterwards)")
@@ -127,7 +127,7 @@ func randomPassword() string {
 	return hex.EncodeToString(b)
 }
 
-func runDemo(ctx context.Context, out io.Writer, rootDir string) error {
+func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) error {
 	pw := map[string]string{"alice": randomPassword(), "carol": randomPassword()}
 	reg, err := registry.New(registry.Config{
 		Users: []registry.User{{Name: "alice", Password: pw["alice"]}, {Name: "carol", Password: pw["carol"]}},
@@ -216,7 +216,12 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string) error {
 	if failures > 0 {
 		return fmt.Errorf("%d outcomes differ from the expected ones: the protection did not hold", failures)
 	}
-	fmt.Fprintln(out, "\nEvery outcome is as expected. Inspect the records with: pullguard records --root-dir", rootDir)
+	fmt.Fprintln(out, "\nEvery outcome is as expected.")
+	if kept {
+		fmt.Fprintln(out, "Inspect what the node remembers with: pullguard records --root-dir", rootDir)
+	} else {
+		fmt.Fprintln(out, "Run 'pullguard demo --root-dir DIR' to keep the state and inspect it with 'pullguard records --root-dir DIR'.")
+	}
 	return nil
 }
 
