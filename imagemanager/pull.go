@@ -108,6 +108,11 @@ func (m *Manager) acquire(ctx context.Context) (func(), error) {
 	}
 }
 
+// criAuth converts a credential for the CRI. ServerAddress stays empty, as
+// the kubelet leaves it: the keyring already chose the credential for this
+// image's registry, and containerd 1.6 parses a set ServerAddress as a URL,
+// failing on "host:port" and dropping the credential for a bare host (found
+// by the e2e suite against a real containerd).
 func criAuth(c credential.Credential) *runtimeapi.AuthConfig {
 	if c.Auth.Empty() {
 		return nil
@@ -116,7 +121,6 @@ func criAuth(c credential.Credential) *runtimeapi.AuthConfig {
 		Username:      c.Auth.Username,
 		Password:      c.Auth.Password,
 		Auth:          c.Auth.Auth,
-		ServerAddress: c.Registry,
 		IdentityToken: c.Auth.IdentityToken,
 		RegistryToken: c.Auth.RegistryToken,
 	}
