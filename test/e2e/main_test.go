@@ -135,9 +135,13 @@ func (h *harness) setup() error {
 	if out, err := exec.Command("go", "build", "-o", h.binary, "../../cmd/pullguard").CombinedOutput(); err != nil {
 		return fmt.Errorf("go build pullguard: %v\n%s", err, out)
 	}
+	// One plugin program under two provider names (a provider's name is
+	// its binary's name in the bin dir).
 	h.plugin = filepath.Join(h.dir, "plugins")
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(h.plugin, "e2e-credential-provider"), "./testdata/plugin").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build the test plugin: %v\n%s", err, out)
+	for _, name := range []string{"e2e-node-provider", "e2e-sa-provider"} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(h.plugin, name), "./testdata/plugin").CombinedOutput(); err != nil {
+			return fmt.Errorf("go build the test plugin: %v\n%s", err, out)
+		}
 	}
 	return nil
 }

@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/node"
+)
+
+// startNode assembles a node in this process on the suite's containerd.
+func startNode(t *testing.T, root string) *node.Node {
+	t.Helper()
+	settings, err := node.ResolveSettings(nil, node.Flags{})
+	require.NoError(t, err)
+	n, err := node.Start(context.Background(), node.Config{RootDir: root, RuntimeEndpoint: h.containerd.endpoint(), Settings: settings, Logger: klog.Background().V(10)})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = n.Close() })
+	return n
+}
+
+// Scenario 6: with the registry down, pods with matching credentials still
+// start; pods that must verify fail with a clear event and back off.
+func TestRegistryDown(t *testing.T) {
+	need(t)
+	alice, carol := newTenant("s6-alice"), newTenant("s6-carol")
+	h.issuer.grant(alice.user, "s6/team-a/*", "pull")
+	h.issuer.grant(carol.user, "s6/team-a/*", "pull")
+	image := push(t, "s6/team-a/app", "v1", 601)
+	ctx := context.Background()
+	n := startNode(t, newRoot(t))
+	m, err := node.Load("s6", []byte(secretYAML("team-a", "regcred", alice)+secretYAML("team-c", "regcred", carol)+
+		podYAML("team-a", "app-1", image, "IfNotPresent", "regcred")+podYAML("team-a", "app-2", image, "IfNotPresent", "regcred")+
+		podYAML("team-c", "app", image, "IfNotPresent", "regcred")))
+	require.NoError(t, err)
+	run := func(i int) node.Result {
+		return n.Run(ctx, &node.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]})[0]
+	}
+
+	r := run(0)
+	require.Empty(t, r.Error, r.Message)
+
+	h.registry.stop()
+	t.Cleanup(func() { require.NoError(t, h.registry.start()) })
+
+	r = run(1)
+	assert.Empty(t, r.Error, "matching credentials need no registry")
+	assert.False(t, r.Pulled)
+
+	before := len(n.Events.Events())
+	r = run(2)
+	assert.Equal(t, imagemanager.ErrImagePull.Error(), r.Error)
+	evs := n.Events.Events()[before:]
+	require.NotEmpty(t, evs)
+	last := evs[len(evs)-1]
+	assert.Equal(t, "Warning", last.Type)
+	assert.Equal(t, "Failed", last.Reason)
+	assert.Contains(t, last.Message, `Failed to pull image "`+image+`"`)
+	t.Logf("the event while the registry is down: %s", last.Message)
+
+	before = len(n.Events.Events())
+	r = run(2)
+	assert.Equal(t, imagemanager.ErrImagePullBackOff.Error(), r.Error)
+	assert.Equal(t, []node.Event{{Object: "team-c/app", Type: "Normal", Reason: "BackOff", Message: `Back-off pulling image "` + image + `"`}}, n.Events.Events()[before:])
+}
