@@ -104,7 +104,7 @@ func NewManager(cfg *Config, binDir string, hasher *credential.Hasher, opts ...O
 	if err := cfg.Validate(o.gates); err != nil {
 		return nil, err
 	}
-	if err := checkDir(binDir); err != nil {
+	if err := cfg.CheckBinaries(binDir); err != nil {
 		return nil, err
 	}
 	names := map[string]bool{}
@@ -147,6 +147,22 @@ func NewManager(cfg *Config, binDir string, hasher *credential.Hasher, opts ...O
 	return m, nil
 }
 
+// CheckBinaries checks that binDir is a directory holding every
+// provider's executable (binDir/<name>, an executable regular file), as
+// NewManager does; a caller that must not change any state on bad input
+// calls it first.
+func (c *Config) CheckBinaries(binDir string) error {
+	if err := checkDir(binDir); err != nil {
+		return err
+	}
+	for _, pc := range c.Providers {
+		if _, err := executable(pc, binDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func checkDir(binDir string) error {
 	if binDir == "" {
 		return fmt.Errorf("%w: no credential provider bin directory given", ErrInvalidConfig)
@@ -161,16 +177,25 @@ func checkDir(binDir string) error {
 	return nil
 }
 
-func (m *Manager) newPlugin(pc Provider, binDir string, o options) (*plugin, error) {
+// executable returns the path of pc's plugin, checked.
+func executable(pc Provider, binDir string) (string, error) {
 	path := filepath.Join(binDir, pc.Name)
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("%w: provider %q: plugin executable: %w", ErrInvalidConfig, pc.Name, err)
+		return "", fmt.Errorf("%w: provider %q: plugin executable: %w", ErrInvalidConfig, pc.Name, err)
 	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("%w: provider %q: plugin %q is not a regular file", ErrInvalidConfig, pc.Name, path)
+		return "", fmt.Errorf("%w: provider %q: plugin %q is not a regular file", ErrInvalidConfig, pc.Name, path)
 	case fi.Mode().Perm()&0o111 == 0:
-		return nil, fmt.Errorf("%w: provider %q: plugin %q is not executable", ErrInvalidConfig, pc.Name, path)
+		return "", fmt.Errorf("%w: provider %q: plugin %q is not executable", ErrInvalidConfig, pc.Name, path)
+	}
+	return path, nil
+}
+
+func (m *Manager) newPlugin(pc Provider, binDir string, o options) (*plugin, error) {
+	path, err := executable(pc, binDir)
+	if err != nil {
+		return nil, err
 	}
 	enc, err := newRequestEncoder(pc.APIVersion)
 	if err != nil {

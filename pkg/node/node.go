@@ -80,6 +80,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if err := pc.Validate(cfg.Settings.Gates); err != nil {
 			return nil, err
 		}
+		if err := pc.CheckBinaries(cfg.CredentialProviderBinDir); err != nil {
+			return nil, err
+		}
 		providerCfg = pc
 	}
 
