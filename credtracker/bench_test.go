@@ -88,7 +88,7 @@ func benchRequests(tr *tracker, n int) []Request {
 	for k := range reqs {
 		i := (k * 7919) % n
 		creds := []credential.Credential{benchCred(tr.hasher, i)}
-		reqs[k] = Request{Image: benchImage(i), ImageRef: benchRef(i), PullPolicy: corev1.PullIfNotPresent, Credentials: func() []credential.Credential { return creds }}
+		reqs[k] = Request{Image: benchImage(i), ImageRef: benchRef(i), Names: []string{benchImage(i)}, PullPolicy: corev1.PullIfNotPresent, Credentials: func() []credential.Credential { return creds }}
 	}
 	return reqs
 }

@@ -117,7 +117,7 @@ func TestCrashSafety(t *testing.T) {
 				// A pod with no credential, or another tenant's, never
 				// gets an image whose pull may have happened.
 				for _, creds := range [][]credential.Credential{nil, {crashSecret(tr.Hasher(), i+1)}} {
-					d := tr.Decide(credtracker.Request{Image: crashImage(i), ImageRef: crashRef(i), PullPolicy: pp, Credentials: credsFunc(creds...)})
+					d := tr.Decide(credtracker.Request{Image: crashImage(i), ImageRef: crashRef(i), Names: []string{crashImage(i)}, PullPolicy: pp, Credentials: credsFunc(creds...)})
 					require.NotEqual(t, credtracker.UseImage, d.Action, "round %d image %d: %s", round, i, d.Reason)
 				}
 			}

@@ -43,6 +43,8 @@ func TestDecide(t *testing.T) {
 		setup func(e *env)
 		creds func(e *env) []credential.Credential
 		want  map[credtracker.Policy]outcome
+		// names are the image's names in the runtime; nil means [image].
+		names []string
 		// mutates: the decision itself changes the record (a rotation), so
 		// each pull policy gets a fresh store.
 		mutates bool
@@ -167,8 +169,41 @@ func TestDecide(t *testing.T) {
 			want: verifiedByNode(pul(credtracker.ReasonNoMatch)),
 		},
 		{
+			name: "a bare image ID reaches an image pulled with a secret", image: refApp, ref: refApp,
+			setup: func(e *env) { e.pull(appImage, refApp, secretA(e)) },
+			names: []string{appImage},
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   pul(credtracker.ReasonUnlistedName),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonUnlistedName),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonUnlistedName),
+			},
+		},
+		{
+			name: "a name the runtime does not list reaches an image pulled with a secret", image: "registry.example/public/alias:1", ref: refApp,
+			setup: func(e *env) { e.pull(appImage, refApp, secretA(e)) },
+			names: []string{appImage},
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   pul(credtracker.ReasonUnlistedName),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonUnlistedName),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonUnlistedName),
+			},
+		},
+		{
+			name: "a bare image ID of a preloaded image is free", image: refApp, ref: refApp,
+			names: []string{appImage},
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   use(credtracker.ReasonPreloaded),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonNotAllowlisted),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonAlwaysVerify),
+			},
+		},
+		{
 			name: "kubernetes#138175: same digest pulled with a secret under another name", image: "registry.example/public/base:1", ref: refBase,
 			setup: func(e *env) { e.pull("registry.example/team-a/base:1", refBase, secretA(e)) },
+			names: []string{"registry.example/team-a/base:1", "registry.example/public/base:1"},
 			want: map[credtracker.Policy]outcome{
 				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
 				credtracker.NeverVerifyPreloadedImages:   use(credtracker.ReasonPreloaded),
@@ -228,7 +263,10 @@ func TestDecide(t *testing.T) {
 						if tt.mutates {
 							e = fresh(t)
 						}
-						req := credtracker.Request{Image: tt.image, ImageRef: tt.ref, PullPolicy: pp}
+						req := credtracker.Request{Image: tt.image, ImageRef: tt.ref, PullPolicy: pp, Names: tt.names}
+						if req.Names == nil && tt.ref != "" {
+							req.Names = []string{tt.image}
+						}
 						if tt.creds != nil {
 							req.Credentials = credsFunc(tt.creds(e)...)
 						}

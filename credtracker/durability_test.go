@@ -20,7 +20,7 @@ import (
 )
 
 func ifNotPresent(image, ref string, creds ...credential.Credential) credtracker.Request {
-	return credtracker.Request{Image: image, ImageRef: ref, PullPolicy: corev1.PullIfNotPresent, Credentials: credsFunc(creds...)}
+	return credtracker.Request{Image: image, ImageRef: ref, Names: []string{image}, PullPolicy: corev1.PullIfNotPresent, Credentials: credsFunc(creds...)}
 }
 
 func TestRecordsSurviveRestart(t *testing.T) {

@@ -95,6 +95,17 @@ func (w *world) presentImages() []credtracker.Image {
 	return out
 }
 
+// namesOf lists the present names of an image, as the runtime would.
+func (w *world) namesOf(ref string) []string {
+	var out []string
+	for _, n := range w.names() {
+		if w.refOf[n] == ref && w.present[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (w *world) refPresent(ref string) bool {
 	for n, r := range w.refOf {
 		if r == ref && w.present[n] {
@@ -149,7 +160,21 @@ func runProperty(t *testing.T, seed uint64, steps int) {
 			if w.present[name] {
 				ref = w.refOf[name]
 			}
-			d := tr.Decide(credtracker.Request{Image: name, ImageRef: ref, PullPolicy: pp, Credentials: credsFunc(creds...)})
+			if w.rng.IntN(10) == 0 {
+				// By its image ID, as runtimes allow: present whenever
+				// any name of it is.
+				id := w.refOf[name]
+				if w.refPresent(id) {
+					d := tr.Decide(credtracker.Request{Image: id, ImageRef: id, Names: w.namesOf(id), PullPolicy: pp, Credentials: credsFunc(creds...)})
+					if d.Action == credtracker.UseImage {
+						for n, r := range w.refOf {
+							require.Falsef(t, r == id && w.pulledWithCredentials[n], "step %d: image %s reached by its ID although %s was pulled with credentials (%s, policy %s)", step, id, n, d.Reason, policy)
+						}
+					}
+				}
+				break
+			}
+			d := tr.Decide(credtracker.Request{Image: name, ImageRef: ref, Names: w.namesOf(ref), PullPolicy: pp, Credentials: credsFunc(creds...)})
 			switch d.Action {
 			case credtracker.UseImage:
 				// The invariant: a credential-pulled image is used only by

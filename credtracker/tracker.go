@@ -85,6 +85,11 @@ func (t *tracker) decide(req Request) Decision {
 			return deny(req, ReasonRecordsUnreadable)
 		case t.pullInFlight(repo):
 			return deny(req, ReasonPullInFlight)
+		case rec != nil && !namedBy(repo, req.Names):
+			// The node pulled this image under other names, and the pod
+			// reaches it by something that is not one of its names (an
+			// image ID, say): it is not preloaded under this name.
+			return deny(req, ReasonUnlistedName)
 		case t.policy == AlwaysVerify:
 			return deny(req, ReasonAlwaysVerify)
 		case t.policy == NeverVerifyAllowlistedImages && !t.allowlist.Match(repo):
@@ -146,6 +151,16 @@ func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision
 		}
 	}
 	return deny(req, noMatch(expired))
+}
+
+// namedBy reports whether repo is the repository of one of names.
+func namedBy(repo string, names []string) bool {
+	for _, n := range names {
+		if r, err := RepositoryName(n); err == nil && r == repo {
+			return true
+		}
+	}
+	return false
 }
 
 func noMatch(expired bool) Reason {

@@ -97,6 +97,11 @@ type Request struct {
 	PullPolicy corev1.PullPolicy
 	// ImageRef is the runtime's ref of the present image, "" if absent.
 	ImageRef string
+	// Names are the present image's names in the runtime (its repo tags
+	// and repo digests). An image the node pulled under other names is
+	// free to a pod only if the pod names it by one of its own names, not
+	// by its image ID or a name the runtime does not list.
+	Names []string
 	// Credentials returns the credentials the pod can present for Image
 	// (only their Source and Hash are used). It may be nil.
 	Credentials func() []credential.Credential
@@ -154,6 +159,7 @@ const (
 	ReasonUnknownOrigin
 	ReasonRecordsUnreadable
 	ReasonInvalidImageName
+	ReasonUnlistedName
 	numReasons
 )
 
@@ -176,6 +182,7 @@ var reasonNames = [numReasons]string{
 	ReasonUnknownOrigin:     "unknown_origin",
 	ReasonRecordsUnreadable: "records_unreadable",
 	ReasonInvalidImageName:  "invalid_image_name",
+	ReasonUnlistedName:      "name_not_on_image",
 }
 
 // String returns the reason's label, such as "credential_match".

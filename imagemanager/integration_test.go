@@ -81,6 +81,11 @@ func TestMultiTenantStory(t *testing.T) {
 	assert.Equal(t, `Container image "`+image+`" is not present with pull policy of Never`, res.Message)
 	assert.Zero(t, len(reg.Requests()), "no registry contact")
 
+	// Tenant B by the image's ID, which the runtime resolves: refused too.
+	res, err = e.ensure(pod("team-b", "by-id"), pushed.ConfigDigest, corev1.PullNever)
+	require.ErrorIs(t, err, imagemanager.ErrImageNeverPull, res.Message)
+	assert.Equal(t, credtracker.ReasonUnlistedName, res.Decision.Reason)
+
 	// Tenant A's second pod: no registry request at all.
 	res, err = e.ensure(pod("team-a", "app-2", "regcred"), image, corev1.PullIfNotPresent, secretFor("team-a", "alice"))
 	require.NoError(t, err, res.Message)

@@ -173,9 +173,10 @@ func (m *Manager) EnsureImageExists(ctx context.Context, req Request) (Result, e
 		return Result{Message: msg}, ErrImageInspect
 	}
 	ref := status.GetImage().GetId()
+	names := append(append([]string(nil), status.GetImage().GetRepoTags()...), status.GetImage().GetRepoDigests()...)
 
 	c := &podCredentials{m: m, ctx: ctx, req: req, image: image}
-	d := m.tracker.Decide(credtracker.Request{Image: image, PullPolicy: req.PullPolicy, ImageRef: ref, Credentials: c.get})
+	d := m.tracker.Decide(credtracker.Request{Image: image, PullPolicy: req.PullPolicy, ImageRef: ref, Names: names, Credentials: c.get})
 	ensureRequests.WithLabelValues(string(req.PullPolicy), fmt.Sprint(ref != ""), fmt.Sprint(d.Action == credtracker.Pull)).Inc()
 
 	switch d.Action {
