@@ -337,3 +337,22 @@ func TestReadRecords(t *testing.T) {
 	assert.ErrorContains(t, err, "unreadable")
 	e.start()
 }
+
+func TestLeftoverIntentSurvivesLaterPulls(t *testing.T) {
+	e := newEnv(t, credtracker.Config{})
+	require.NoError(t, e.tr.RecordPullIntent(appImage)) // then a crash
+	e.inv.err = errors.New("runtime unavailable")
+	e.restart()
+
+	// Another tenant tries and is refused; its pull's intent comes and goes.
+	require.NoError(t, e.tr.RecordPullIntent(appImage))
+	require.NoError(t, e.tr.RecordImagePullFailed(appImage))
+	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+
+	// At the next start the runtime answers: the leftover intent is still
+	// there and the image needs verification.
+	e.inv.err = nil
+	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}
+	e.restart()
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+}

@@ -211,9 +211,8 @@ func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) err
 			t.logger.Error(err, "Cannot list the runtime's images to resolve leftover pull intents; their images require credential verification", "intents", len(c.intents))
 			for key := range c.intents {
 				repo, _ := RepositoryName(key)
-				t.intentMu.Lock()
-				t.inflight[repo]++
-				t.intentMu.Unlock()
+				// Pinned: a later pull of the image must not remove it.
+				t.pinIntent(key, repo)
 			}
 			t.status.Intents = len(c.intents)
 		} else if err := t.resolveIntents(c.intents, imgs, now); err != nil {

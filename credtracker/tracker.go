@@ -45,6 +45,10 @@ type tracker struct {
 	inflight map[string]int // repository name -> pulls in flight
 
 	status Status // guarded by writeMu after start-up
+
+	// writeFault, when set (by this package's tests only), fails the
+	// durable writes it returns an error for, before they reach the store.
+	writeFault func(op string) error
 }
 
 var _ Tracker = (*tracker)(nil)
@@ -256,6 +260,11 @@ func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Cred
 	}
 	err = t.write("record", func() error { return t.store.putRecord(next, intentKey) })
 	if err != nil {
+		// The record and the intent's removal were one transaction, so
+		// the intent is still on disk: it is the only trace of this pull
+		// that survives a restart. Pin it, so that no later pull of the
+		// image removes it.
+		t.pinIntent(key, repo)
 		return fmt.Errorf("failed to store the record of %q (%s): %w", image, imageRef, err)
 	}
 	if cur == nil {
@@ -288,6 +297,16 @@ func (t *tracker) RecordImagePullFailed(image string) error {
 	return nil
 }
 
+// pinIntent counts one more pull of key in flight that never ends (until
+// a restart resolves its intent from disk): the intent stays on disk, and
+// names of the repository without a record need verification.
+func (t *tracker) pinIntent(key, repo string) {
+	t.intentMu.Lock()
+	defer t.intentMu.Unlock()
+	t.intents[key]++
+	t.inflight[repo]++
+}
+
 // releaseIntent decrements the in-flight counts and reports whether this
 // was the last pull of key in flight.
 func (t *tracker) releaseIntent(key, repo string) (last bool) {
@@ -310,7 +329,13 @@ func (t *tracker) releaseIntent(key, repo string) (last bool) {
 // write runs one durable store operation, timing it and counting failures.
 func (t *tracker) write(op string, fn func() error) error {
 	start := time.Now()
-	err := fn()
+	var err error
+	if t.writeFault != nil {
+		err = t.writeFault(op)
+	}
+	if err == nil {
+		err = fn()
+	}
 	writeDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		storeErrorsTotal.WithLabelValues(op).Inc()
