@@ -356,3 +356,48 @@ func TestLeftoverIntentSurvivesLaterPulls(t *testing.T) {
 	e.restart()
 	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
 }
+
+func TestMissingStoreIsNotAFreshStart(t *testing.T) {
+	tests := []struct {
+		name   string
+		break_ func(t *testing.T, dir string)
+		want   string
+	}{
+		{
+			name: "the store file is lost",
+			break_: func(t *testing.T, dir string) {
+				require.NoError(t, os.Remove(filepath.Join(dir, credtracker.StoreFile)))
+			},
+			want: "hash key is not new",
+		},
+		{
+			name: "a crash after the unreadable store was set aside",
+			break_: func(t *testing.T, dir string) {
+				p := filepath.Join(dir, credtracker.StoreFile)
+				require.NoError(t, os.Rename(p, p+".unreadable-20261121T120000.000000000Z"))
+				require.NoError(t, os.WriteFile(p+".new", []byte("half a store"), 0o600))
+			},
+			want: "missing after it was set aside",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, credtracker.Config{})
+			e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+			require.NoError(t, e.tr.Close())
+			tt.break_(t, e.dir)
+			e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}
+			e.start()
+			st := e.tr.Status()
+			assert.NotZero(t, st.RecoveredAt)
+			assert.Contains(t, st.RecoveryReason, tt.want)
+			assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason, "not preloaded")
+			assert.NoFileExists(t, filepath.Join(e.dir, credtracker.StoreFile+".new"))
+		})
+	}
+
+	t.Run("a node's first start is a fresh start", func(t *testing.T) {
+		e := newEnv(t, credtracker.Config{})
+		assert.Zero(t, e.tr.Status().RecoveredAt)
+	})
+}

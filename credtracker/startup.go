@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -108,9 +109,14 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 	t.status.HashKeyCreated = created
 
 	path := filepath.Join(cfg.Dir, StoreFile)
-	c, err := t.open(path)
-	if errors.Is(err, errStoreCorrupt) {
-		c, err = t.recover(ctx, path, err, inv)
+	var c contents
+	if missing := storeMissing(path, created); missing != nil {
+		c, err = t.recover(ctx, path, missing, inv)
+	} else {
+		c, err = t.open(path)
+		if errors.Is(err, errStoreCorrupt) {
+			c, err = t.recover(ctx, path, err, inv)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -141,27 +147,76 @@ func (t *tracker) open(path string) (contents, error) {
 	return c, nil
 }
 
-// recover sets an unreadable store aside and starts a new one seeded from
-// the runtime's image list.
+// storeMissing reports, as an error to recover from, a store that should
+// exist and does not: the node has state (a hash key made at an earlier
+// start, or a store set aside by an earlier recovery that did not finish).
+// Starting over with an empty store would make every credential-pulled
+// image look preloaded. It returns nil for a node's first start.
+func storeMissing(path string, keyCreated bool) error {
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	aside, _ := filepath.Glob(path + ".unreadable-*")
+	switch {
+	case len(aside) > 0:
+		return fmt.Errorf("%w: %s is missing after it was set aside", errStoreCorrupt, path)
+	case !keyCreated:
+		return fmt.Errorf("%w: %s is missing but the node's hash key is not new", errStoreCorrupt, path)
+	}
+	return nil
+}
+
+// recover sets an unreadable store aside (if there is one) and puts a new
+// one in its place, seeded from the runtime's image list. The new store is
+// made under a temporary name with its pending seed already committed, then
+// renamed into place: a crash at any point leaves either no store (which
+// the next start recovers again) or one that says it still owes the seed.
 func (t *tracker) recover(ctx context.Context, path string, cause error, inv ImageInventory) (contents, error) {
 	now := t.clock.Now()
-	aside := fmt.Sprintf("%s.unreadable-%s", path, now.UTC().Format("20060102T150405.000000000Z"))
-	if err := os.Rename(path, aside); err != nil {
-		return contents{}, fmt.Errorf("record store is unreadable (%v) and could not be set aside: %w", cause, err)
+	aside := ""
+	if _, err := os.Stat(path); err == nil {
+		aside = fmt.Sprintf("%s.unreadable-%s", path, now.UTC().Format("20060102T150405.000000000Z"))
+		if err := os.Rename(path, aside); err != nil {
+			return contents{}, fmt.Errorf("record store is unreadable (%v) and could not be set aside: %w", cause, err)
+		}
 	}
 	recoveriesTotal.Inc()
-	t.logger.Error(cause, "Record store is unreadable; it was set aside and a new one is being seeded from the runtime's images, which will all require credential verification", "asidePath", aside)
-	s, err := openStore(path, false)
+	t.logger.Error(cause, "Record store is unreadable; a new one is being seeded from the runtime's images, which will all require credential verification", "asidePath", aside)
+	st := storeStatus{RecoveredAt: now, RecoveryReason: truncate(cause.Error(), 1024), AsidePath: aside, SeedPending: true}
+
+	tmp := path + ".new"
+	_ = os.Remove(tmp) // a leftover of an interrupted recovery
+	s, err := openStore(tmp, false)
 	if err != nil {
-		return contents{}, fmt.Errorf("failed to create a new record store after setting aside an unreadable one: %w", err)
+		return contents{}, fmt.Errorf("failed to create a new record store: %w", err)
+	}
+	err = s.putStatus(st)
+	if cerr := s.close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return contents{}, fmt.Errorf("failed to put a new record store in place: %w", err)
+	}
+	if s, err = openStore(path, false); err != nil {
+		return contents{}, fmt.Errorf("failed to open the new record store: %w", err)
 	}
 	t.store = s
-	st := storeStatus{RecoveredAt: now, RecoveryReason: truncate(cause.Error(), 1024), AsidePath: aside, SeedPending: true}
-	if err := s.putStatus(st); err != nil {
-		s.close()
-		return contents{}, fmt.Errorf("failed to write the new record store: %w", err)
-	}
 	return contents{unreadable: map[string]error{}, intents: map[string]bool{}, status: st}, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // adopt installs what was read, quarantines unreadable records, resolves
