@@ -48,7 +48,7 @@ func populate(b *testing.B, dir string, n int) {
 	for i := range recs {
 		c := benchCred(h, i)
 		repo, _ := RepositoryName(benchImage(i))
-		recs[i] = (*ImageRecord)(nil).withPull(benchRef(i), repo, c.Source, c.Hash, now, DefaultMaxEntries)
+		recs[i] = (*ImageRecord)(nil).withPull(benchRef(i), repo, c.Source, c.Hash, now, DefaultMaxEntries, 0)
 	}
 	// Write as the tracker does, one transaction per record, in random key
 	// order (image refs are digests), so the file has the pages and free

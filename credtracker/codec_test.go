@@ -19,10 +19,10 @@ func sampleRecord() *ImageRecord {
 		h[i] = byte(i)
 	}
 	r := (*ImageRecord)(nil).withPull(codecRef, "registry.example/team-a/app",
-		credential.Source{Kind: credential.SourceSecret, Namespace: "team-a", Name: "regcred", UID: "6f1c2b8e-3d4a-4c5b-9e7f-0a1b2c3d4e5f"}, h, now, 100)
+		credential.Source{Kind: credential.SourceSecret, Namespace: "team-a", Name: "regcred", UID: "6f1c2b8e-3d4a-4c5b-9e7f-0a1b2c3d4e5f"}, h, now, 100, 0)
 	r = r.withPull(codecRef, "registry.example/team-a/app",
-		credential.Source{Kind: credential.SourceServiceAccount, Namespace: "team-a", Name: "builder", UID: "sa-uid"}, credential.Hash{}, now, 100)
-	r = r.withPull(codecRef, "registry.example/public/app", credential.Source{}, credential.Hash{}, now, 100)
+		credential.Source{Kind: credential.SourceServiceAccount, Namespace: "team-a", Name: "builder", UID: "sa-uid"}, credential.Hash{}, now, 100, 0)
+	r = r.withPull(codecRef, "registry.example/public/app", credential.Source{}, credential.Hash{}, now, 100, 0)
 	return r
 }
 

@@ -372,6 +372,25 @@ func TestCredentialMaxAge(t *testing.T) {
 	// A successful verification refreshes the entry.
 	e.pull(appImage, refApp, secret)
 	assert.Equal(t, credtracker.ReasonCredentialMatch, e.tr.Decide(req).Reason)
+
+	// A pull with a tenant's secret proves nothing about anonymous access:
+	// it does not renew an expired node-accessible entry.
+	e.pull("registry.example/public/app:1", refOther, e.secretCred(reg, "team-c", "regcred", "uid-c", "carol", "pw-c"))
+	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(pub).Reason)
+	e.pull("registry.example/public/app:1", refOther, credential.Credential{})
+	assert.Equal(t, credtracker.ReasonNodeAccessible, e.tr.Decide(pub).Reason, "an anonymous pull does")
+}
+
+func TestSecretPullKeepsAFreshNodeAccessibleEntry(t *testing.T) {
+	e := newEnv(t, credtracker.Config{CredentialMaxAge: time.Hour})
+	e.pull(appImage, refApp, credential.Credential{})
+	e.clock.Step(30 * time.Minute)
+	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+	rr := e.tr.Records()[0].Repositories["registry.example/team-a/app"]
+	assert.True(t, rr.NodeAccessible)
+	assert.Equal(t, epoch, rr.Updated, "the anonymous verification's time is kept, not renewed")
+	e.clock.Step(31 * time.Minute)
+	assert.Equal(t, credtracker.ReasonExpired, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {

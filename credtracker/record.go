@@ -106,19 +106,28 @@ func (r *ImageRecord) withRepository(ref, repo string, rr *RepositoryRecord, now
 
 // withPull returns the record after a successful pull of ref under repo
 // with a credential from src (with hash h), applying the merge rules:
-// node-level or no credentials make the entry node-accessible and wipe its
-// lists; a node-accessible entry stays so; a secret is matched by its
-// coordinates (a rotated secret gets its new hash); a service account by
-// its coordinates; each list is bounded by max, dropping the least
-// recently verified entry.
-func (r *ImageRecord) withPull(ref, repo string, src credential.Source, h credential.Hash, now time.Time, max int) *ImageRecord {
+// node-level or no credentials make the entry node-accessible (verified
+// now) and wipe its lists; a node-accessible entry stays so, unchanged,
+// while it is fresh (maxAge 0: always) — a pull with a tenant's credential
+// proves nothing about anonymous access, so it never renews it, and an
+// expired node-accessible entry is replaced by this credential's; a secret
+// is matched by its coordinates (a rotated secret gets its new hash); a
+// service account by its coordinates; each list is bounded by max,
+// dropping the least recently verified entry.
+func (r *ImageRecord) withPull(ref, repo string, src credential.Source, h credential.Hash, now time.Time, max int, maxAge time.Duration) *ImageRecord {
 	var cur *RepositoryRecord
 	if r != nil {
 		cur = r.Repositories[repo]
 	}
+	if cur != nil && cur.NodeAccessible && !src.NodeAccessible() {
+		if maxAge <= 0 || now.Sub(cur.Updated) <= maxAge {
+			return r.withRepository(ref, repo, cur, now)
+		}
+		cur = nil
+	}
 	var next *RepositoryRecord
 	switch {
-	case src.NodeAccessible() || (cur != nil && cur.NodeAccessible):
+	case src.NodeAccessible():
 		next = &RepositoryRecord{NodeAccessible: true, Updated: now}
 	case src.Kind == credential.SourceSecret:
 		next = cloneOrNew(cur, now)

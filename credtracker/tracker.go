@@ -246,7 +246,7 @@ func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Cred
 	defer t.writeMu.Unlock()
 
 	cur := t.images.load(imageRef)
-	next := cur.withPull(imageRef, repo, cred.Source, cred.Hash, t.clock.Now(), t.maxEntries)
+	next := cur.withPull(imageRef, repo, cred.Source, cred.Hash, t.clock.Now(), t.maxEntries, t.maxAge)
 	// Memory first, then the intent count: at no instant is the pull
 	// neither in flight nor recorded.
 	t.images.store(next)
