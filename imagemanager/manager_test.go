@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
@@ -361,4 +362,28 @@ func TestDefaultTag(t *testing.T) {
 	res, err := e.ensure(pod("a", "p"), "registry.example/public/tool", corev1.PullAlways)
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(res.Message, `"registry.example/public/tool:latest"`), res.Message)
+}
+
+// repoDigestRuntime returns a repo digest from PullImage, as some runtimes
+// do, while ImageStatus reports the image ID.
+type repoDigestRuntime struct{ *fakeRuntime }
+
+func (r repoDigestRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sb *runtimeapi.PodSandboxConfig) (string, error) {
+	if _, err := r.fakeRuntime.PullImage(ctx, spec, auth, sb); err != nil {
+		return "", err
+	}
+	return "registry.example/team-a/app@sha256:9999999999999999999999999999999999999999999999999999999999999999", nil
+}
+
+func TestRecordKeyedByImageID(t *testing.T) {
+	e := newEnv(t, true)
+	m, err := imagemanager.New(repoDigestRuntime{e.rt}, e.tr, e.rec, imagemanager.WithClock(e.clock))
+	require.NoError(t, err)
+	e.m = m
+	_, err = e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent, secret("team-a", "regcred", "alice"))
+	require.NoError(t, err)
+	require.Len(t, e.tr.Records(), 1)
+	assert.Equal(t, refPriv, e.tr.Records()[0].ImageRef)
+	_, err = e.ensure(pod("team-b", "p1"), privImage, corev1.PullNever)
+	assert.ErrorIs(t, err, imagemanager.ErrImageNeverPull, "the record is found: the image is protected")
 }

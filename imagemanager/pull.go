@@ -44,6 +44,17 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
 		return Result{Pulled: attempted, Message: msg}, ErrImagePull
 	}
+	// Record under the ID the runtime reports for the image's name, the
+	// key later decisions look up: some runtimes return another form of
+	// the reference from PullImage.
+	size := ""
+	if st, err := m.images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false); err == nil && st.GetImage() != nil {
+		if id := st.GetImage().GetId(); id != "" && id != ref {
+			m.logger.V(2).Info("The runtime's pull result differs from the image's ID; recording the ID", "image", image, "pulled", ref, "id", id)
+			ref = id
+		}
+		size = fmt.Sprintf(" Image size: %d bytes.", st.GetImage().GetSize())
+	}
 	if rerr := m.tracker.RecordImagePulled(image, ref, used); rerr != nil {
 		m.logger.Error(rerr, "Failed to record a pulled image durably; it is remembered until the next restart", "image", image, "imageRef", ref)
 	}
@@ -51,10 +62,6 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 	m.logger.V(2).Info("Pulled image", "pod", podRef(req.Pod), "image", image, "imageRef", ref, "credential", used.Source.String())
 
 	total := m.clock.Since(start)
-	size := ""
-	if st, err := m.images.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: ref}, false); err == nil && st.GetImage() != nil {
-		size = fmt.Sprintf(" Image size: %d bytes.", st.GetImage().GetSize())
-	}
 	msg := m.event(req, corev1.EventTypeNormal, ReasonPulled, "Successfully pulled image %q in %v (%v including waiting).%s",
 		image, (total - waited).Round(time.Millisecond), total.Round(time.Millisecond), size)
 	return Result{ImageRef: ref, Pulled: true, Message: msg}, nil
