@@ -34,13 +34,14 @@ func RepositoryName(image string) (string, error) {
 }
 
 // normalizedImage returns the repository name with the reference's tag or
-// digest ("docker.io/library/alpine:3.19"), the key of a pull intent.
-func normalizedImage(image string) (string, error) {
+// digest ("docker.io/library/alpine:3.19"), the key of a pull intent, and
+// the repository name alone.
+func normalizedImage(image string) (key, repo string, err error) {
 	repo, suffix, err := splitImage(image)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return repo + suffix, nil
+	return repo + suffix, repo, nil
 }
 
 // splitImage splits an image reference into its normalized repository name

@@ -317,7 +317,7 @@ func (t *tracker) resolveIntents(intents map[string]bool, imgs []Image, now time
 	byName := map[string]string{}
 	for _, img := range imgs {
 		for _, n := range img.Names {
-			if key, err := normalizedImage(n); err == nil {
+			if key, _, err := normalizedImage(n); err == nil {
 				byName[key] = img.Ref
 			}
 		}

@@ -209,11 +209,10 @@ func (t *tracker) rememberRotation(ref, repo string, src credential.Source, h cr
 }
 
 func (t *tracker) RecordPullIntent(image string) error {
-	key, err := normalizedImage(image)
+	key, repo, err := normalizedImage(image)
 	if err != nil {
 		return fmt.Errorf("failed to record pull intent: %w", err)
 	}
-	repo, _ := RepositoryName(key)
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	t.intentMu.Lock()
@@ -234,14 +233,13 @@ func (t *tracker) RecordPullIntent(image string) error {
 }
 
 func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Credential) error {
-	key, err := normalizedImage(image)
+	key, repo, err := normalizedImage(image)
 	if err != nil {
 		return fmt.Errorf("failed to record pulled image: %w", err)
 	}
 	if imageRef == "" {
 		return fmt.Errorf("failed to record pulled image %q: empty image ref", image)
 	}
-	repo, _ := RepositoryName(key)
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 
@@ -278,11 +276,10 @@ func (t *tracker) RecordImagePulled(image, imageRef string, cred credential.Cred
 }
 
 func (t *tracker) RecordImagePullFailed(image string) error {
-	key, err := normalizedImage(image)
+	key, repo, err := normalizedImage(image)
 	if err != nil {
 		return fmt.Errorf("failed to resolve pull intent: %w", err)
 	}
-	repo, _ := RepositoryName(key)
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	if !t.releaseIntent(key, repo) {

@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // Inventory adapts a CRI image service to the tracker's ImageInventory:
@@ -19,8 +20,7 @@ func Inventory(images ImageService) credtracker.ImageInventory {
 		}
 		out := make([]credtracker.Image, 0, len(list))
 		for _, img := range list {
-			names := append(append([]string(nil), img.GetRepoTags()...), img.GetRepoDigests()...)
-			out = append(out, credtracker.Image{Ref: img.GetId(), Names: names})
+			out = append(out, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
 		}
 		return out, nil
 	})

@@ -7,13 +7,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	kubeletconfig "k8s.io/kubelet/config/v1beta1"
-
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/node"
 )
-
-type kubeletConfig = kubeletconfig.KubeletConfiguration
 
 // runOutput is the -o json document of `pullguard run` (a contract).
 type runOutput struct {

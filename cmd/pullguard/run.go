@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/node"
@@ -84,7 +85,7 @@ func (o *runOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var kc = (*kubeletConfig)(nil)
+	var kc *kubeletconfig.KubeletConfiguration
 	if o.config != "" {
 		c, err := node.LoadKubeletConfig(o.config)
 		if err != nil {
