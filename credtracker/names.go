@@ -28,6 +28,13 @@ const (
 // namespace added, a host lower-cased). For every reference that
 // go-containerregistry's name.ParseReference accepts, it returns the same
 // repository (see FuzzRepositoryName).
+//
+// pkg/keyring parses image references too, into host, port and path with
+// stricter checks and a go-containerregistry fallback. Deriving this key
+// from keyring.ParseImage instead was measured: 65-93 ns and two
+// allocations for "alpine:3.19" instead of about 40 ns and one, and about
+// 30 ns more per decision at 100 000 records, past the hot path's budget;
+// so the tracker keeps this single-purpose parser.
 func RepositoryName(image string) (string, error) {
 	repo, _, err := splitImage(image)
 	return repo, err
