@@ -22,7 +22,10 @@ import (
 //     the kubelet does);
 //   - the pattern's path, if any, is a prefix of the image's repository
 //     on whole segments: "reg.example/team" matches "reg.example/team" and
-//     "reg.example/team/app" but not "reg.example/teammate".
+//     "reg.example/team/app" but not "reg.example/teammate". A path written
+//     with a trailing '/' ("reg.example/team/") matches only repositories
+//     under it ("reg.example/team/app", not "reg.example/team"), as the
+//     kubelet's path-prefix rule does.
 //
 // Docker Hub is spelled "docker.io" whichever alias the pattern uses
 // ("index.docker.io", "registry-1.docker.io"), and images without a
@@ -33,6 +36,7 @@ type Pattern struct {
 	host   string // lower case, may hold '*'
 	port   string
 	path   string // no leading or trailing '/'
+	dir    bool   // the path was written with a trailing '/': only repositories under it match
 	labels int    // number of host labels
 
 	wildcard bool // host holds a '*'
@@ -83,7 +87,13 @@ func (p Pattern) Match(im Image) bool {
 		return true
 	}
 	repo := im.Repository
-	return strings.HasPrefix(repo, p.path) && (len(repo) == len(p.path) || repo[len(p.path)] == '/')
+	if !strings.HasPrefix(repo, p.path) {
+		return false
+	}
+	if len(repo) == len(p.path) {
+		return !p.dir
+	}
+	return repo[len(p.path)] == '/'
 }
 
 // matchHost matches host label by label without allocating.
@@ -174,7 +184,10 @@ func parsePattern(raw string, configKey bool) (Pattern, error) {
 	if configKey && (strings.HasPrefix(path, "v1/") || strings.HasPrefix(path, "v2/")) {
 		path = path[len("v1/"):]
 	}
-	path = strings.TrimRight(path, "/")
+	dir := false
+	if strings.HasSuffix(path, "/") {
+		path, dir = path[:len(path)-1], path != "/"
+	}
 	hostport = credential.NormalizeRegistry(hostport)
 	host, port, err := splitHostPort(hostport)
 	if err != nil {
@@ -192,6 +205,7 @@ func parsePattern(raw string, configKey bool) (Pattern, error) {
 		host:     host,
 		port:     port,
 		path:     path,
+		dir:      dir,
 		labels:   strings.Count(host, ".") + 1,
 		wildcard: strings.Contains(host, "*"),
 		segments: segments,
