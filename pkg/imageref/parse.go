@@ -88,6 +88,9 @@ func (r Reference) DockerRef() string {
 // It allocates nothing for a name that needs no rewriting (a registry host
 // and a path with at least one '/', such as "registry.example/team/app:v1").
 func Parse(s string) (Reference, error) {
+	if r, ok := parseFast(s); ok {
+		return r, nil
+	}
 	r, c, remote := parse(s)
 	if c != ok {
 		return Reference{}, newError(s, c, remote)
@@ -97,6 +100,9 @@ func Parse(s string) (Reference, error) {
 
 // Valid reports whether Parse accepts s.
 func Valid(s string) bool {
+	if _, ok := parseFast(s); ok {
+		return true
+	}
 	_, c, _ := parse(s)
 	return c == ok
 }
