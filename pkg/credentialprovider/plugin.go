@@ -134,6 +134,9 @@ func (p *plugin) exchange(ctx context.Context, im keyring.Image, name string, sc
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNotToken(p.cfg.Name, resp, token); err != nil {
+		return nil, err
+	}
 	kind := kindOf(resp.CacheKeyType)
 	p.lastKind.Store(uint32(kind))
 	entry := newEntry(resp, kind, sc.source)
