@@ -117,10 +117,11 @@ type runJSON struct {
 		Message    string `json:"message"`
 	} `json:"results"`
 	Events []struct {
-		Object  string `json:"object"`
-		Type    string `json:"type"`
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
+		Object    string `json:"object"`
+		FieldPath string `json:"fieldPath"`
+		Type      string `json:"type"`
+		Reason    string `json:"reason"`
+		Message   string `json:"message"`
 	} `json:"events"`
 }
 
