@@ -53,7 +53,7 @@ type Manager struct {
 	logger      klog.Logger
 
 	backoff *flowcontrol.Backoff
-	prevErr pullErrors // the last pull failure by back-off key
+	prevErr pullErrors              // the last pull failure by back-off key
 	slots   chan struct{}           // pull slots; nil means unlimited
 	limiter flowcontrol.RateLimiter // registry QPS; nil means unlimited
 
