@@ -69,3 +69,31 @@ func TestParseImageAsTheKubelet(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckMatch: invalid input is an error, not a silent "no match".
+func TestCheckMatch(t *testing.T) {
+	tests := []struct {
+		pattern, image string
+		want           bool
+		wantErr        error
+	}{
+		{pattern: "registry.example", image: "registry.example/app", want: true},
+		{pattern: "registry.example", image: "other.example/app", want: false},
+		{pattern: "registry.example", image: "a//b", wantErr: keyring.ErrInvalidImage},
+		{pattern: "registry.example", image: "UPPER/Case", wantErr: reference.ErrNameContainsUppercase},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pattern+" "+tt.image, func(t *testing.T) {
+			got, err := keyring.CheckMatch(tt.pattern, tt.image)
+			if tt.wantErr != nil {
+				assert.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	_, err := keyring.CheckMatch("reg.example/*/x", "reg.example/a/x")
+	var pe *keyring.PatternError
+	assert.ErrorAs(t, err, &pe)
+}

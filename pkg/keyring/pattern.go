@@ -59,7 +59,7 @@ func ParsePattern(pattern string) (Pattern, error) {
 
 // MatchImage reports whether the image reference matches the pattern, with
 // the rules documented on Pattern. An invalid pattern or image matches
-// nothing.
+// nothing; CheckMatch tells them apart.
 func MatchImage(pattern, image string) bool {
 	p, err := ParsePattern(pattern)
 	if err != nil {
@@ -70,6 +70,21 @@ func MatchImage(pattern, image string) bool {
 		return false
 	}
 	return p.Match(im)
+}
+
+// CheckMatch is MatchImage that tells an invalid pattern or image (an
+// error wrapping ErrInvalidImage, or a *PatternError) from no match
+// (false, nil).
+func CheckMatch(pattern, image string) (bool, error) {
+	p, err := ParsePattern(pattern)
+	if err != nil {
+		return false, err
+	}
+	im, err := ParseImage(image)
+	if err != nil {
+		return false, err
+	}
+	return p.Match(im), nil
 }
 
 // String returns the pattern as it was given.
