@@ -22,8 +22,8 @@ var ErrInvalidImageName = imageref.ErrInvalid
 // expression and allocates only when the name must be rewritten (Docker
 // Hub defaults added).
 func RepositoryName(image string) (string, error) {
-	repo, _, err := splitImage(image)
-	return repo, err
+	r, err := imageref.Parse(image)
+	return r.Name, err
 }
 
 // normalizedImage returns the repository name with the reference's tag or
