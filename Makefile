@@ -46,10 +46,12 @@ fuzz:
 	  done; \
 	done
 
+## lint: gofmt, go vet, and go.mod/go.sum exactly as `go mod tidy` leaves them.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files -o --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
 
 clean:
 	rm -rf pullguard-state bin

@@ -54,68 +54,86 @@ func ParsePolicy(s string) (Policy, error) {
 // whose preloaded images need no verification under
 // NeverVerifyAllowlistedImages. The zero value matches nothing.
 type Allowlist struct {
-	exact    map[string]struct{}
-	prefixes []string // each ends in "/"
+	exact       map[string]struct{}
+	prefixes    []string // each ends in "/"
+	unmatchable []string
 }
 
-// NewAllowlist parses allowlist patterns. A pattern is a repository name
-// without tag or digest ("registry.example/team/app", "alpine"), or a
-// prefix ending in "/*" ("registry.example/team/*", "registry.example/*").
-// Names are normalized as RepositoryName does, so "alpine" means
-// "docker.io/library/alpine". An invalid pattern is an error naming its
-// index and value.
+// NewAllowlist parses allowlist patterns with the kubelet's rules:
+//
+//   - a pattern is either a normalized repository name, exactly as the
+//     kubelet normalizes it ("docker.io/library/alpine",
+//     "registry.example/team/app"; not "alpine", not with a tag or
+//     digest), or a prefix ending in "/*" ("registry.example/team/*"),
+//     compared with the normalized name as written (not normalized);
+//   - no leading or trailing white space, no '*' anywhere else.
+//
+// An invalid pattern is an error naming the field, its index and value,
+// with the kubelet's reason.
 func NewAllowlist(patterns []string) (*Allowlist, error) {
 	a := &Allowlist{exact: make(map[string]struct{}, len(patterns))}
 	for i, p := range patterns {
-		field := fmt.Sprintf("preloadedImagesVerificationAllowlist[%d]", i)
-		if base, ok := strings.CutSuffix(p, "/*"); ok {
-			prefix, err := normalizePrefix(base)
-			if err != nil {
-				return nil, fmt.Errorf("%w: %s %q: %v", ErrInvalidPolicy, field, p, err)
-			}
-			a.prefixes = append(a.prefixes, prefix)
+		prefix, wildcard, err := allowlistPattern(p)
+		if err != nil {
+			return nil, fmt.Errorf("%w: preloadedImagesVerificationAllowlist[%d] %q: %w", ErrInvalidPolicy, i, p, err)
+		}
+		if !wildcard {
+			a.exact[prefix] = struct{}{}
 			continue
 		}
-		if strings.ContainsAny(p, "*?[") {
-			return nil, fmt.Errorf("%w: %s %q: only a trailing \"/*\" wildcard is allowed", ErrInvalidPolicy, field, p)
+		a.prefixes = append(a.prefixes, prefix)
+		// A prefix no normalized name can start with ("team/*": a Docker
+		// Hub name always starts with "docker.io/") is accepted, as the
+		// kubelet accepts it, but reported.
+		if repo, err := RepositoryName(prefix + "x"); err != nil || !strings.HasPrefix(repo, prefix) {
+			a.unmatchable = append(a.unmatchable, p)
 		}
-		repo, suffix, err := splitImage(p)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s %q: not a repository name", ErrInvalidPolicy, field, p)
-		}
-		if suffix != "" {
-			return nil, fmt.Errorf("%w: %s %q: must not have a tag or digest", ErrInvalidPolicy, field, p)
-		}
-		a.exact[repo] = struct{}{}
 	}
 	return a, nil
 }
 
-// normalizePrefix turns the part before "/*" into a normalized prefix
-// ending in "/": a bare registry host ("registry.example") stands for the
-// whole registry; anything else is normalized as the parent of a
-// repository, so "team/*" means "docker.io/team/".
-func normalizePrefix(base string) (string, error) {
-	if base == "" || strings.ContainsAny(base, "*?[@") {
-		return "", errors.New("the part before \"/*\" must be a registry host or repository path")
+// allowlistPattern checks one pattern and returns the exact name, or the
+// prefix (ending in "/") of a wildcard.
+func allowlistPattern(p string) (string, bool, error) {
+	if p != strings.TrimSpace(p) {
+		return "", false, errors.New("leading/trailing spaces are not allowed")
 	}
-	if !strings.Contains(base, "/") && (base == "localhost" || strings.ContainsAny(base, ".:")) {
-		if !validHost(base) {
-			return "", errors.New("malformed registry host")
+	trimmed, wildcard := p, false
+	if strings.HasSuffix(p, "/*") {
+		trimmed, wildcard = p[:len(p)-1], true
+	}
+	switch {
+	case trimmed == "":
+		return "", false, errors.New("the supplied pattern is too short")
+	case strings.ContainsRune(trimmed, '*'):
+		return "", false, errors.New("not a valid wildcard pattern, only patterns ending with '/*' are allowed")
+	case wildcard && len(trimmed) == 1:
+		return "", false, errors.New("at least registry hostname is required")
+	case wildcard:
+		return trimmed, true, nil
+	}
+	repo, suffix, err := splitImage(trimmed)
+	if err != nil {
+		return "", false, fmt.Errorf("failed to parse as an image name: %w", err)
+	}
+	if suffix != "" || repo != trimmed {
+		if suffix == "" {
+			return "", false, fmt.Errorf("not a normalized repository name: the kubelet accepts only %q", repo)
 		}
-		host := strings.ToLower(base)
-		if host == dockerHubLegacy {
-			host = dockerHub
-		}
-		return host + "/", nil
+		return "", false, errors.New("neither tag nor digest is accepted in an image reference")
 	}
-	// Normalize "base/x" and cut the "x" off again: this applies the same
-	// defaults (registry, library namespace) as a real repository under it.
-	repo, suffix, err := splitImage(base + "/x")
-	if err != nil || suffix != "" {
-		return "", errors.New("not a repository path")
+	return trimmed, false, nil
+}
+
+// Unmatchable returns the wildcard patterns that no normalized repository
+// name can match (such as "team/*", as Docker Hub names start with
+// "docker.io/"). The kubelet accepts them silently; pullguard accepts them
+// too, and its caller warns.
+func (a *Allowlist) Unmatchable() []string {
+	if a == nil {
+		return nil
 	}
-	return strings.TrimSuffix(repo, "x"), nil
+	return a.unmatchable
 }
 
 // Match reports whether a normalized repository name is allowlisted.

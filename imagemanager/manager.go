@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/flowcontrol"
@@ -19,6 +17,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/imageref"
 	"github.com/pullguard/pullguard/pkg/keyring"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
@@ -54,6 +53,7 @@ type Manager struct {
 	logger      klog.Logger
 
 	backoff *flowcontrol.Backoff
+	prevErr pullErrors              // the last pull failure by back-off key
 	slots   chan struct{}           // pull slots; nil means unlimited
 	limiter flowcontrol.RateLimiter // registry QPS; nil means unlimited
 
@@ -201,21 +201,16 @@ func presentMessage(image string, d credtracker.Decision) string {
 	return fmt.Sprintf("Container image %q already present on machine and can be accessed by the pod", image)
 }
 
-// applyDefaultTag checks the reference and adds ":latest" when it has
-// neither tag nor digest, as the kubelet does.
+// applyDefaultTag checks the reference with the kubelet's grammar and adds
+// ":latest" when it has neither tag nor digest, as the kubelet does. The
+// error says what the kubelet says ("couldn't parse image name ...").
 func applyDefaultTag(image string) (string, error) {
-	ref, err := name.ParseReference(image)
+	ref, err := imageref.Parse(image)
 	if err != nil {
-		return "", fmt.Errorf("couldn't parse image name %q: %w", image, err)
+		return "", err
 	}
-	if _, ok := ref.(name.Tag); ok && !hasTag(image) {
+	if ref.Tag == "" && ref.Digest == "" {
 		return image + ":latest", nil
 	}
 	return image, nil
-}
-
-// hasTag reports whether the last path element of image carries a tag.
-func hasTag(image string) bool {
-	last := image[strings.LastIndexByte(image, '/')+1:]
-	return strings.Contains(last, ":")
 }

@@ -22,14 +22,16 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 	key := backOffKey(req.Pod, image)
 	if m.backoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
 		msg := m.event(req, corev1.EventTypeNormal, ReasonBackOff, "Back-off pulling image %q", image)
-		return Result{Message: msg}, ErrImagePullBackOff
+		return Result{Message: m.prevErr.backOffMessage(key, msg)}, ErrImagePullBackOff
 	}
+	m.prevErr.forget(key)
 	// Secrets first (their warnings precede the pull, as in the kubelet).
 	creds := c.get()
 	m.event(req, corev1.EventTypeNormal, ReasonPulling, "Pulling image %q", image)
 
 	if err := m.tracker.RecordPullIntent(image); err != nil {
 		m.backoff.Next(key, m.clock.Now())
+		m.prevErr.store(key, ErrImagePull, err)
 		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
 		return Result{Message: msg}, ErrImagePull
 	}
@@ -41,6 +43,7 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 			m.logger.Error(rerr, "Failed to resolve a pull intent; it will ask for verification after a restart", "image", image)
 		}
 		m.backoff.Next(key, m.clock.Now())
+		m.prevErr.store(key, ErrImagePull, err)
 		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
 		return Result{Pulled: attempted, Message: msg}, ErrImagePull
 	}

@@ -35,6 +35,12 @@ type Request struct {
 	// and its namespace, name, uid and service account identify it to
 	// credential providers.
 	Pod *corev1.Pod
+	// Container is the container's name, and InitContainer tells an init
+	// container: events are recorded on the container's field path
+	// (spec.containers{name} or spec.initContainers{name}), as the
+	// kubelet records them. Empty: on the pod.
+	Container     string
+	InitContainer bool
 	// Image is the container's image, as written in the pod.
 	Image string
 	// PullPolicy is the container's pull policy, defaulted (Always for

@@ -117,10 +117,11 @@ type runJSON struct {
 		Message    string `json:"message"`
 	} `json:"results"`
 	Events []struct {
-		Object  string `json:"object"`
-		Type    string `json:"type"`
-		Reason  string `json:"reason"`
-		Message string `json:"message"`
+		Object    string `json:"object"`
+		FieldPath string `json:"fieldPath"`
+		Type      string `json:"type"`
+		Reason    string `json:"reason"`
+		Message   string `json:"message"`
 	} `json:"events"`
 }
 
@@ -268,9 +269,17 @@ func TestRunWithKubeletConfig(t *testing.T) {
 	doc := decodeRun(t, res.stdout)
 	assert.False(t, doc.Results[3].Pulled, "a matching credential is enough under AlwaysVerify")
 
-	// The flag overrides the file.
+	// The flag overrides the file; as in the kubelet, a verification
+	// policy with the gate off is an error naming the file and the field.
 	root2 := filepath.Join(w.dir, "state2")
 	res = pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", root2, "--config", "testdata/kubelet-config.yaml",
+		"--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	require.NotEqual(t, 0, res.code)
+	assert.Contains(t, res.stderr, "testdata/kubelet-config.yaml")
+	assert.Contains(t, res.stderr, "imagePullCredentialsVerificationPolicy must not be set")
+	noPolicy := filepath.Join(w.dir, "kc-no-policy.yaml")
+	require.NoError(t, os.WriteFile(noPolicy, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  KubeletEnsureSecretPulledImages: true\n"), 0o600))
+	res = pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", root2, "--config", noPolicy,
 		"--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
 	require.Equal(t, 0, res.code, res.stderr)
 	doc = decodeRun(t, res.stdout)
@@ -329,8 +338,8 @@ func TestRunBadInputChangesNoState(t *testing.T) {
 		{name: "invalid feature gate", args: []string{"-f", good, "--feature-gates", "NoSuchGate=true"}, want: []string{"NoSuchGate"}},
 		{name: "invalid config policy", args: []string{"-f", good, "--config", write("kc.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: Maybe\n")}, want: []string{"Maybe"}},
 		{name: "unknown config field", args: []string{"-f", good, "--config", write("kc2.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullPolicyy: x\n")}, want: []string{"kc2.yaml", "imagePullPolicyy"}},
-		{name: "invalid allowlist", args: []string{"-f", good, "--config", write("kc3.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\npreloadedImagesVerificationAllowlist: ['a/*/b']\n")}, want: []string{"preloadedImagesVerificationAllowlist[0]"}},
-		{name: "parallel pulls with serialized pulls", args: []string{"-f", good, "--config", write("kc4.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxParallelImagePulls: 3\n")}, want: []string{"maxParallelImagePulls"}},
+		{name: "invalid allowlist", args: []string{"-f", good, "--config", write("kc3.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nimagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: ['a/*/b']\n")}, want: []string{"preloadedImagesVerificationAllowlist[0]"}},
+		{name: "parallel pulls with serialized pulls", args: []string{"-f", good, "--config", write("kc4.yaml", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nserializeImagePulls: true\nmaxParallelImagePulls: 3\n")}, want: []string{"kc4.yaml", "maxParallelImagePulls"}},
 		{name: "invalid provider config", args: []string{"-f", good, "--image-credential-provider-config", write("cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: '', matchImages: []}]\n"), "--image-credential-provider-bin-dir", w.dir}, want: []string{"cp.yaml", "providers[0]"}},
 		{name: "provider bin dir missing", args: []string{"-f", good, "--image-credential-provider-config", write("cp2.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: p, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), "--image-credential-provider-bin-dir", filepath.Join(w.dir, "no-such-dir")}, want: []string{"bin directory"}},
 		{name: "provider plugin missing", args: []string{"-f", good, "--image-credential-provider-config", write("cp3.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: absent-plugin, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), "--image-credential-provider-bin-dir", w.dir}, want: []string{"absent-plugin"}},

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
-	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/node"
@@ -85,22 +84,15 @@ func (o *runOptions) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var kc *kubeletconfig.KubeletConfiguration
-	if o.config != "" {
-		c, err := node.LoadKubeletConfig(o.config)
-		if err != nil {
-			return err
-		}
-		kc = c
-	}
-	settings, err := node.ResolveSettings(kc, node.Flags{FeatureGates: o.featureGates, Policy: o.policy})
+	settings, err := node.LoadSettings(o.config, node.Flags{FeatureGates: o.featureGates, Policy: o.policy,
+		RuntimeEndpoint: o.runtimeEndpoint, ImageEndpoint: o.imageEndpoint})
 	if err != nil {
 		return err
 	}
-	endpoint := o.imageEndpoint
-	if endpoint == "" {
-		endpoint = o.runtimeEndpoint
+	for _, w := range settings.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
+	endpoint := settings.ImageEndpoint()
 
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()

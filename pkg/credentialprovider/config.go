@@ -17,12 +17,18 @@ import (
 	configv1 "k8s.io/kubelet/config/v1"
 	configv1alpha1 "k8s.io/kubelet/config/v1alpha1"
 	configv1beta1 "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/pullguard/pullguard/featuregates"
 )
 
 // Config is a loaded credential provider configuration: the providers of
 // every file, in file-name order and then in each file's order.
 type Config struct {
 	Providers []Provider
+	// Warnings are what validation accepted but the operator should
+	// know: a matchImages entry with a wildcard in its path, which the
+	// kubelet loads and never matches, is ignored and reported here.
+	Warnings []string
 }
 
 // Provider is one exec credential provider, whichever apiVersion of
@@ -96,9 +102,10 @@ func init() {
 }
 
 // LoadConfig reads a CredentialProviderConfig from path, a file or a
-// directory. For a directory every regular file whose name does not start
-// with "." is read, in name order (files reached through symbolic links
-// count, so a mounted ConfigMap works). Each file holds one
+// directory. For a directory, as in the kubelet, only the regular files
+// named *.json, *.yaml or *.yml are read, in name order (files reached
+// through symbolic links count, so a mounted ConfigMap works); anything
+// else, such as a README, is ignored. Each file holds one
 // CredentialProviderConfig of apiVersion kubelet.config.k8s.io/v1, v1beta1
 // or v1alpha1, in JSON or YAML, decoded strictly: unknown or duplicate
 // fields are errors. The result is validated (see Validate) except for the
@@ -136,6 +143,38 @@ func LoadConfig(path string) (*Config, error) {
 	return cfg, nil
 }
 
+// Load is LoadConfig followed by Validate(gates): the whole check the
+// kubelet makes at start-up, feature-gate rules included.
+func Load(path string, gates featuregates.Gates) (*Config, error) {
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(gates); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Decode parses and validates one CredentialProviderConfig held in memory
+// (JSON or YAML, any supported apiVersion), with the feature-gate rules of
+// gates. name stands for the file in errors and in Provider.File.
+func Decode(name string, data []byte, gates featuregates.Gates) (*Config, error) {
+	providers, missing, err := decodeConfig(name, data)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &Config{Providers: providers}
+	o := validateOptions{checkGate: true, saGate: gates.ServiceAccountTokenForCredentialProviders}
+	if len(missing) > 0 {
+		o.missing = map[string]field.ErrorList{name: missing}
+	}
+	if err := cfg.validate(o); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
 // configFiles lists the files LoadConfig reads for path.
 func configFiles(path string) ([]string, error) {
 	fi, err := os.Stat(path)
@@ -151,7 +190,9 @@ func configFiles(path string) ([]string, error) {
 	}
 	var files []string
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") {
+		switch filepath.Ext(e.Name()) {
+		case ".json", ".yaml", ".yml":
+		default:
 			continue
 		}
 		full := filepath.Join(path, e.Name())

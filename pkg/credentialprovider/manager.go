@@ -215,6 +215,9 @@ func (m *Manager) newPlugin(pc Provider, binDir string, o options) (*plugin, err
 		p.timeout = d
 	}
 	for _, s := range pc.MatchImages {
+		if pathWildcard(s) {
+			continue // never matches, as in the kubelet; see Config.Warnings
+		}
 		pat, err := compilePattern(s)
 		if err != nil { // unreachable after Validate
 			return nil, fmt.Errorf("%w: provider %q: matchImages %q: %w", ErrInvalidConfig, pc.Name, s, err)

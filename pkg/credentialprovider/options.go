@@ -167,7 +167,8 @@ func WithLogger(l klog.Logger) Option {
 }
 
 // WithEnviron sets the environment plugins inherit before their
-// configured env (default os.Environ).
+// configured env (default os.Environ). A function returning no variables
+// gives the plugin only its configured env, never the process's.
 func WithEnviron(environ func() []string) Option {
 	return func(o *options) error {
 		if environ == nil {

@@ -35,3 +35,12 @@ func validatePattern(p string) error {
 	_, err := compilePattern(p)
 	return err
 }
+
+// pathWildcard reports a matchImages entry with a '*' in its path, such as
+// "registry.io/*". The kubelet loads such an entry and it never matches
+// (its path is compared as a literal prefix); pullguard loads it too,
+// ignores it, and reports it in Config.Warnings.
+func pathWildcard(p string) bool {
+	_, path, ok := strings.Cut(p, "/")
+	return ok && !strings.Contains(p, "://") && strings.Contains(path, "*")
+}

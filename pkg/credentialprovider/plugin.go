@@ -134,6 +134,9 @@ func (p *plugin) exchange(ctx context.Context, im keyring.Image, name string, sc
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNotToken(p.cfg.Name, resp, token); err != nil {
+		return nil, err
+	}
 	kind := kindOf(resp.CacheKeyType)
 	p.lastKind.Store(uint32(kind))
 	entry := newEntry(resp, kind, sc.source)
@@ -178,7 +181,7 @@ func (p *plugin) exec(ctx context.Context, image, token string, annotations map[
 	res, rf := run(ctx, runSpec{
 		path:      p.path,
 		args:      p.cfg.Args,
-		env:       append(p.m.environ(), p.env...),
+		env:       pluginEnv(p.m.environ(), p.env),
 		stdin:     stdin,
 		stdoutMax: p.m.stdoutMax,
 		stderrMax: p.m.stderrMax,
@@ -206,4 +209,14 @@ func capString(b []byte, n int) string {
 		return string(b)
 	}
 	return string(b[:n]) + fmt.Sprintf("... (%d more bytes)", len(b)-n)
+}
+
+// pluginEnv is the plugin's environment: the inherited one, then the
+// configured variables. It is never nil, as exec.Cmd would give a nil
+// environment the whole process environment: WithEnviron returning none
+// means none.
+func pluginEnv(inherited, configured []string) []string {
+	env := make([]string, 0, len(inherited)+len(configured))
+	env = append(env, inherited...)
+	return append(env, configured...)
 }

@@ -3,7 +3,9 @@ package credentialprovider
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -167,4 +169,24 @@ func serviceAccountKey(namespace, name, uid string, ann map[string]string) strin
 		add(ann[k])
 	}
 	return string(b)
+}
+
+// ErrTokenAsCredential: a plugin in service-account-token mode answered
+// with the pod's own service account token as a password. The token is
+// bound to one pod and must not be presented to a registry, so the kubelet
+// refuses the response; pullguard refuses it too, and caches nothing.
+var ErrTokenAsCredential = errors.New("credential provider returned the pod's service account token as a credential")
+
+// checkNotToken refuses a response that hands back the token the plugin
+// was given. It compares in constant time and never prints the token.
+func checkNotToken(provider string, resp *Response, token string) error {
+	if resp == nil || token == "" {
+		return nil
+	}
+	for key, a := range resp.Auth {
+		if subtle.ConstantTimeCompare([]byte(a.Password), []byte(token)) == 1 {
+			return fmt.Errorf("%w: provider %q, entry %q", ErrTokenAsCredential, provider, key)
+		}
+	}
+	return nil
 }

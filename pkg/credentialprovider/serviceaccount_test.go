@@ -89,7 +89,7 @@ func TestServiceAccountMode(t *testing.T) {
 			optional:  []string{"example.com/tier", "example.com/absent"},
 			pod:       cp.PodInfo{Namespace: "ns", Name: "pod1", UID: "pod-uid", ServiceAccountName: "builder"},
 			want: []wantCred{{
-				user: "example.com/role=pull;example.com/tier=gold", pass: "token-for-pod1-registry.example",
+				user: "example.com/role=pull;example.com/tier=gold", pass: "exchanged:token-for-pod1-registry.example",
 				registry: "registry.example", source: saSource("builder", "uid-builder"),
 			}},
 			wantRuns: []string{"registry.example/app token=yes"},

@@ -34,9 +34,11 @@ type ConfigEntry struct {
 // the docker CLI writes when a credential store holds the secret) are
 // left out.
 //
-// "auth" is decoded as the docker CLI decodes it: base64 (padded or not)
-// of "username:password", split at the first colon. It fills Username and
-// Password when both are empty; the raw value is kept in Auth either way.
+// "auth" is decoded as the kubelet decodes it: base64 (padded or not) of
+// "username:password", split at the first colon, with no white space
+// around it. When present it wins: its username and password replace any
+// explicit "username" and "password", as in the kubelet and the docker
+// CLI. The raw value is kept in Auth.
 //
 // Errors wrap ErrInvalidDockerConfig and never quote the data: a JSON
 // syntax error gives its byte offset, a bad "auth" names its entry key.
@@ -216,21 +218,21 @@ func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
 	if err != nil {
 		return credential.AuthConfig{}, err
 	}
-	if auth.Username == "" && auth.Password == "" {
-		auth.Username, auth.Password = user, pass
-	}
+	auth.Username, auth.Password = user, pass
 	return auth, nil
 }
 
-// decodeAuth decodes a docker config "auth" value: base64, padded or not,
-// of "username:password". Errors never include the value.
+// decodeAuth decodes a docker config "auth" value as the kubelet does:
+// base64, padded or not, of "username:password". White space around the
+// value is not removed, so a space or tab makes it invalid (encoding/base64
+// skips only line breaks). The password is kept as decoded. Errors never
+// include the value.
 func decodeAuth(field string) (user, pass string, err error) {
-	s := strings.TrimSpace(field)
 	enc := base64.RawStdEncoding
-	if strings.HasSuffix(s, "=") {
+	if strings.HasSuffix(strings.TrimSpace(field), "=") {
 		enc = base64.StdEncoding
 	}
-	decoded, err := enc.DecodeString(s)
+	decoded, err := enc.DecodeString(field)
 	if err != nil {
 		return "", "", errors.New(`field "auth" is not valid base64`)
 	}
@@ -238,7 +240,7 @@ func decodeAuth(field string) (user, pass string, err error) {
 	if !ok {
 		return "", "", errors.New(`field "auth" does not decode to "username:password"`)
 	}
-	return user, strings.Trim(pass, "\x00"), nil
+	return user, pass, nil
 }
 
 // jsonError describes a JSON decoding error without quoting the data:

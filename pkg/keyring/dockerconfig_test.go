@@ -63,16 +63,27 @@ func TestParseDockerConfigEntries(t *testing.T) {
 			want:    []credential.AuthConfig{{Username: "alice", Password: "pw:s3cret", Auth: b64("alice:pw:s3cret")}},
 		},
 		{
-			name:    "trailing NULs trimmed from the password",
+			// The kubelet keeps the password as decoded (the docker CLI
+			// trims NULs; the kubelet is the reference here).
+			name:    "trailing NULs kept in the password, as the kubelet keeps them",
 			auths:   `{"r.example":{"auth":"` + b64("alice:pw\x00\x00") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw", Auth: b64("alice:pw\x00\x00")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw\x00\x00", Auth: b64("alice:pw\x00\x00")}},
 		},
 		{
-			name:    "explicit username and password win over auth",
+			// The kubelet (DockerConfigEntry.UnmarshalJSON) and the docker
+			// CLI both replace username and password with auth's.
+			name:    "auth wins over explicit username and password",
 			auths:   `{"r.example":{"username":"bob","password":"pw-s3cret-Qz8","auth":"` + b64("alice:other") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "bob", Password: "pw-s3cret-Qz8", Auth: b64("alice:other")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "other", Auth: b64("alice:other")}},
+		},
+		{
+			// encoding/base64, in the kubelet too, skips line breaks.
+			name:    "line break after auth skipped, as in the kubelet",
+			auths:   `{"r.example":{"auth":"` + b64("alice:pw-s3cret-Qz8") + `\n"}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: b64("alice:pw-s3cret-Qz8") + "\n"}},
 		},
 		{
 			name:    "every token field kept, email ignored",
@@ -169,6 +180,9 @@ func TestParseDockerConfigErrors(t *testing.T) {
 		{name: "entry not an object", data: `{"auths":{"r.example":"pw-s3cret-Qz8"}}`, wantInErr: `entry "r.example": not a JSON object`},
 		{name: "password of the wrong type", data: `{"auths":{"r.example":{"password":12345678}}}`, wantInErr: `field "password" has the wrong JSON type`},
 		{name: "bad base64 auth", data: `{"auths":{"r.example":{"auth":"pw-s3cret-Qz8!!"}}}`, wantInErr: `entry "r.example": field "auth" is not valid base64`},
+		{name: "space before auth", data: `{"auths":{"r.example":{"auth":" ` + b64("alice:pw-s3cret-Qz8") + `"}}}`, wantInErr: `field "auth" is not valid base64`},
+		{name: "space after padded auth", data: `{"auths":{"r.example":{"auth":"` + b64("alice:pw-s3cret-Qz8") + ` "}}}`, wantInErr: `field "auth" is not valid base64`},
+		{name: "tab after unpadded auth", data: `{"auths":{"r.example":{"auth":"YWxpY2U6cHctczNjcmV0LVF6OA\t"}}}`, wantInErr: `field "auth" is not valid base64`},
 		{name: "auth without a colon", data: `{"auths":{"r.example":{"auth":"` + b64("pw-s3cret-Qz8") + `"}}}`, wantInErr: `does not decode to "username:password"`},
 		{name: "data after the object", data: `{"auths":{}} {"pw-s3cret-Qz8":1}`, wantInErr: "data after the top-level object"},
 		{name: "legacy: not an object", data: `"pw-s3cret-Qz8"`, legacy: true, wantInErr: "top level is not a JSON object"},

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/distribution/reference"
+
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
@@ -94,27 +96,35 @@ func FuzzMatchImage(f *testing.F) {
 	})
 }
 
-// FuzzParseImageFastPath checks that the allocation-free parser accepts
-// only references that go-containerregistry accepts, with the same result.
-func FuzzParseImageFastPath(f *testing.F) {
+// FuzzParseImage checks that the keyring accepts exactly the image names
+// distribution/reference accepts, and that its registry and repository are
+// that name's, with only the registry's case and Docker Hub's aliases
+// folded.
+func FuzzParseImage(f *testing.F) {
 	for _, seed := range []string{
 		"alpine", "alpine:3.20", "myorg/app", "index.docker.io/alpine", "docker.io:5000/x",
 		"registry.example:5000/team/app:v1@sha256:" + sha, "localhost:5000", "localhost/app",
-		"a.b/c:d:e", "127.0.0.1:5000/app", "Registry.Example/app", "[::1]:5000/app", "/x", "a.b//c",
+		"a.b/c:d:e", "127.0.0.1:5000/app", "Registry.Example/app", "[::1]:5000/app", "/x", "a.b//c", "a//b",
+		"LOCALHOST/x:1", "UPPER/Case",
 	} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, image string) {
-		fast, ok := keyring.ParseImageFast(image)
-		if !ok {
+		im, err := keyring.ParseImage(image)
+		want, werr := reference.ParseNormalizedNamed(image)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("ParseImage(%q): %v, distribution/reference: %v", image, err, werr)
+		}
+		if err != nil {
 			return
 		}
-		slow, err := keyring.ParseImageSlow(image)
-		if err != nil {
-			t.Fatalf("fast path accepts %q, go-containerregistry does not: %v", image, err)
+		name := want.Name()
+		reg, repo, _ := strings.Cut(name, "/")
+		if !strings.EqualFold(im.Registry, reg) && im.Registry != "docker.io" {
+			t.Fatalf("ParseImage(%q).Registry = %q, name %q", image, im.Registry, name)
 		}
-		if fast != slow {
-			t.Fatalf("fast path parses %q as %+v, go-containerregistry as %+v", image, fast, slow)
+		if im.Repository != repo && im.Repository != "library/"+repo {
+			t.Fatalf("ParseImage(%q).Repository = %q, name %q", image, im.Repository, name)
 		}
 	})
 }

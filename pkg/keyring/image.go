@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
-
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/imageref"
 )
 
 // dockerHub is the name pullguard (like Kubernetes) gives Docker Hub.
@@ -36,42 +35,31 @@ func (im Image) Port() string { return im.port }
 // "docker.io/library/alpine".
 func (im Image) String() string { return im.Registry + "/" + im.Repository }
 
-// ParseImage parses an image reference as a container runtime would:
-// "alpine", "alpine:3.20", "registry.example:5000/team/app@sha256:...".
-// A first path component that holds a dot or a colon, or is "localhost",
-// names the registry; otherwise the image is on Docker Hub. The registry
-// host is compared case-insensitively and returned in lower case.
+// ParseImage parses an image reference with the kubelet's grammar
+// (imageref.Parse, that of distribution/reference): what the kubelet
+// rejects is an error wrapping ErrInvalidImage and imageref.ErrInvalid,
+// with the kubelet's reason. For matching credentials, the registry is then
+// compared case-insensitively and Docker Hub's aliases (index.docker.io,
+// registry-1.docker.io) are folded into "docker.io", with "library/" made
+// explicit for an official image.
 func ParseImage(image string) (Image, error) {
-	if im, ok := parseImageFast(image); ok {
-		return im, nil
-	}
-	return parseImageSlow(image)
-}
-
-// parseImageSlow parses with go-containerregistry's name package, the
-// reference semantics that parseImageFast reproduces for common shapes.
-func parseImageSlow(image string) (Image, error) {
-	ref, err := name.ParseReference(image, name.WeakValidation)
+	ref, err := imageref.Parse(image)
 	if err != nil {
-		return Image{}, fmt.Errorf("%w %q: %w", ErrInvalidImage, image, err)
+		return Image{}, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 	}
-	repo := ref.Context()
-	registry := credential.NormalizeRegistry(repo.RegistryStr())
-	host, port, err := splitHostPort(registry)
-	if err != nil {
-		return Image{}, fmt.Errorf("%w %q: %w", ErrInvalidImage, image, err)
+	registry := credential.NormalizeRegistry(ref.Registry()) // no allocation when already lower case
+	path := ref.Repository()
+	// imageref checked the host and port; a port of any length is the
+	// kubelet's grammar.
+	host, port := registry, ""
+	if i := strings.LastIndexByte(registry, ':'); i >= 0 && i > strings.LastIndexByte(registry, ']') {
+		host, port = registry[:i], registry[i+1:]
 	}
-	if err := checkHost(host, false); err != nil {
-		return Image{}, fmt.Errorf("%w %q: %w", ErrInvalidImage, image, err)
-	}
-	path := repo.RepositoryStr()
-	if strings.HasPrefix(path, "/") || strings.HasSuffix(path, "/") || strings.Contains(path, "//") {
-		return Image{}, fmt.Errorf("%w %q: empty path component", ErrInvalidImage, image)
-	}
-	if registry == dockerHub && !strings.Contains(path, "/") {
-		// ggcr adds "library/" only for its own spelling of Docker Hub;
-		// do it for every alias ("Docker.io/alpine", "registry-1.docker.io/alpine").
-		path = "library/" + path
+	if registry == dockerHub {
+		host = dockerHub
+		if strings.IndexByte(path, '/') < 0 {
+			path = "library/" + path
+		}
 	}
 	return Image{Registry: registry, Repository: path, host: host, port: port}, nil
 }

@@ -22,7 +22,10 @@ import (
 //     the kubelet does);
 //   - the pattern's path, if any, is a prefix of the image's repository
 //     on whole segments: "reg.example/team" matches "reg.example/team" and
-//     "reg.example/team/app" but not "reg.example/teammate".
+//     "reg.example/team/app" but not "reg.example/teammate". A path written
+//     with a trailing '/' ("reg.example/team/") matches only repositories
+//     under it ("reg.example/team/app", not "reg.example/team"), as the
+//     kubelet's path-prefix rule does.
 //
 // Docker Hub is spelled "docker.io" whichever alias the pattern uses
 // ("index.docker.io", "registry-1.docker.io"), and images without a
@@ -33,6 +36,7 @@ type Pattern struct {
 	host   string // lower case, may hold '*'
 	port   string
 	path   string // no leading or trailing '/'
+	dir    bool   // the path was written with a trailing '/': only repositories under it match
 	labels int    // number of host labels
 
 	wildcard bool // host holds a '*'
@@ -55,7 +59,7 @@ func ParsePattern(pattern string) (Pattern, error) {
 
 // MatchImage reports whether the image reference matches the pattern, with
 // the rules documented on Pattern. An invalid pattern or image matches
-// nothing.
+// nothing; CheckMatch tells them apart.
 func MatchImage(pattern, image string) bool {
 	p, err := ParsePattern(pattern)
 	if err != nil {
@@ -66,6 +70,21 @@ func MatchImage(pattern, image string) bool {
 		return false
 	}
 	return p.Match(im)
+}
+
+// CheckMatch is MatchImage that tells an invalid pattern or image (an
+// error wrapping ErrInvalidImage, or a *PatternError) from no match
+// (false, nil).
+func CheckMatch(pattern, image string) (bool, error) {
+	p, err := ParsePattern(pattern)
+	if err != nil {
+		return false, err
+	}
+	im, err := ParseImage(image)
+	if err != nil {
+		return false, err
+	}
+	return p.Match(im), nil
 }
 
 // String returns the pattern as it was given.
@@ -83,7 +102,13 @@ func (p Pattern) Match(im Image) bool {
 		return true
 	}
 	repo := im.Repository
-	return strings.HasPrefix(repo, p.path) && (len(repo) == len(p.path) || repo[len(p.path)] == '/')
+	if !strings.HasPrefix(repo, p.path) {
+		return false
+	}
+	if len(repo) == len(p.path) {
+		return !p.dir
+	}
+	return repo[len(p.path)] == '/'
 }
 
 // matchHost matches host label by label without allocating.
@@ -174,7 +199,10 @@ func parsePattern(raw string, configKey bool) (Pattern, error) {
 	if configKey && (strings.HasPrefix(path, "v1/") || strings.HasPrefix(path, "v2/")) {
 		path = path[len("v1/"):]
 	}
-	path = strings.TrimRight(path, "/")
+	dir := false
+	if strings.HasSuffix(path, "/") {
+		path, dir = path[:len(path)-1], path != "/"
+	}
 	hostport = credential.NormalizeRegistry(hostport)
 	host, port, err := splitHostPort(hostport)
 	if err != nil {
@@ -192,6 +220,7 @@ func parsePattern(raw string, configKey bool) (Pattern, error) {
 		host:     host,
 		port:     port,
 		path:     path,
+		dir:      dir,
 		labels:   strings.Count(host, ".") + 1,
 		wildcard: strings.Contains(host, "*"),
 		segments: segments,

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/featuregates"
@@ -27,13 +30,33 @@ type Settings struct {
 	MaxParallelImagePulls int32
 	RegistryPullQPS       float32
 	RegistryBurst         int
+	// ContainerRuntimeEndpoint and ImageServiceEndpoint are the CRI
+	// endpoints, flags winning over the file; ImageEndpoint gives the one
+	// to use for images. Both empty: the embedded runtime.
+	ContainerRuntimeEndpoint string
+	ImageServiceEndpoint     string
+	// Warnings name what the configuration sets that pullguard does not
+	// use; the caller logs them.
+	Warnings []string
+}
+
+// ImageEndpoint is the CRI endpoint of the image service: the
+// imageServiceEndpoint, else the containerRuntimeEndpoint, as in the
+// kubelet ("" for the embedded runtime).
+func (s Settings) ImageEndpoint() string {
+	if s.ImageServiceEndpoint != "" {
+		return s.ImageServiceEndpoint
+	}
+	return s.ContainerRuntimeEndpoint
 }
 
 // Flags are the command-line values that override the config file; empty
 // means "not given".
 type Flags struct {
-	FeatureGates string
-	Policy       string
+	FeatureGates    string
+	Policy          string
+	RuntimeEndpoint string
+	ImageEndpoint   string
 }
 
 var kubeletScheme = func() *runtime.Scheme {
@@ -46,81 +69,184 @@ var kubeletScheme = func() *runtime.Scheme {
 
 var kubeletCodecs = serializer.NewCodecFactory(kubeletScheme, serializer.EnableStrict)
 
+// usedFields are the KubeletConfiguration fields pullguard applies.
+var usedFields = map[string]bool{
+	"apiVersion": true, "kind": true,
+	"featureGates": true, "imagePullCredentialsVerificationPolicy": true, "preloadedImagesVerificationAllowlist": true,
+	"serializeImagePulls": true, "maxParallelImagePulls": true, "registryPullQPS": true, "registryBurst": true,
+	"containerRuntimeEndpoint": true, "imageServiceEndpoint": true,
+}
+
 // LoadKubeletConfig reads a kubelet.config.k8s.io/v1beta1
 // KubeletConfiguration (YAML or JSON), strictly: unknown or duplicated
-// fields are errors.
+// fields are errors. A file of another kind says so.
 func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, error) {
+	cfg, _, err := loadKubeletConfig(path)
+	return cfg, err
+}
+
+// loadKubeletConfig also returns the top-level fields the file sets.
+func loadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
+		return nil, nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
 	}
-	obj, gvk, err := kubeletCodecs.UniversalDeserializer().Decode(data, nil, nil)
+	var top map[string]any
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: not YAML or JSON: %v", ErrInvalidConfig, path, err)
+	}
+	want := kubeletconfig.SchemeGroupVersion.String()
+	if av, kind := top["apiVersion"], top["kind"]; av != want || kind != "KubeletConfiguration" {
+		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration (apiVersion %v, kind %v; want apiVersion %s, kind KubeletConfiguration)",
+			ErrInvalidConfig, path, quoteAny(av), quoteAny(kind), want)
+	}
+	obj, _, err := kubeletCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, path, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, path, err)
 	}
 	cfg, ok := obj.(*kubeletconfig.KubeletConfiguration)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s: kind %s is not a KubeletConfiguration", ErrInvalidConfig, path, gvk.Kind)
+		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration", ErrInvalidConfig, path)
 	}
-	return cfg, nil
+	keys := make([]string, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return cfg, keys, nil
+}
+
+func quoteAny(v any) string {
+	if v == nil {
+		return "(none)"
+	}
+	return fmt.Sprintf("%q", fmt.Sprint(v))
+}
+
+// LoadSettings reads the KubeletConfiguration at path ("" for none), merges
+// the flags and checks the result as the kubelet does, naming the file or
+// flag and the field of every error. Fields the file sets that pullguard
+// does not use are listed in Settings.Warnings.
+func LoadSettings(path string, flags Flags) (Settings, error) {
+	if path == "" {
+		return resolve(nil, nil, "", flags)
+	}
+	cfg, keys, err := loadKubeletConfig(path)
+	if err != nil {
+		return Settings{}, err
+	}
+	return resolve(cfg, keys, path, flags)
 }
 
 // ResolveSettings merges the config file (nil: none) and the flags, which
 // win, applies the kubelet's defaults and checks the result. Errors name
 // the field.
 func ResolveSettings(cfg *kubeletconfig.KubeletConfiguration, flags Flags) (Settings, error) {
+	return resolve(cfg, nil, "", flags)
+}
+
+func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string, flags Flags) (Settings, error) {
 	if cfg == nil {
 		cfg = &kubeletconfig.KubeletConfiguration{}
 	}
+	source := "the kubelet configuration"
+	if file != "" {
+		source = file
+	}
+	var errs []error
+	fail := func(from, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, from, fmt.Sprintf(format, args...)))
+	}
+
 	gates, err := featuregates.Parse(cfg.FeatureGates, flags.FeatureGates)
 	if err != nil {
-		return Settings{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		return Settings{}, fmt.Errorf("%w: %s or --feature-gates: featureGates: %v", ErrInvalidConfig, source, err)
 	}
-	policy := string(cfg.ImagePullCredentialsVerificationPolicy)
+	policy, policyFrom := string(cfg.ImagePullCredentialsVerificationPolicy), source
 	if flags.Policy != "" {
-		policy = flags.Policy
-	}
-	p, err := credtracker.ParsePolicy(policy)
-	if err != nil {
-		return Settings{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
-	}
-	if _, err := credtracker.NewAllowlist(cfg.PreloadedImagesVerificationAllowlist); err != nil {
-		return Settings{}, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+		policy, policyFrom = flags.Policy, "--image-pull-credentials-verification-policy"
 	}
 	s := Settings{
-		Gates:               gates,
-		Policy:              p,
-		Allowlist:           cfg.PreloadedImagesVerificationAllowlist,
-		SerializeImagePulls: true,
-		RegistryPullQPS:     imagemanager.DefaultRegistryQPS,
-		RegistryBurst:       imagemanager.DefaultRegistryBurst,
+		Gates:                    gates,
+		Allowlist:                cfg.PreloadedImagesVerificationAllowlist,
+		RegistryPullQPS:          imagemanager.DefaultRegistryQPS,
+		RegistryBurst:            imagemanager.DefaultRegistryBurst,
+		ContainerRuntimeEndpoint: firstSet(flags.RuntimeEndpoint, cfg.ContainerRuntimeEndpoint),
+		ImageServiceEndpoint:     firstSet(flags.ImageEndpoint, cfg.ImageServiceEndpoint),
 	}
+
+	// The kubelet's rules for the credential verification fields.
+	if gates.EnsureSecretPulledImages {
+		p, err := credtracker.ParsePolicy(policy)
+		if err != nil {
+			fail(policyFrom, "imagePullCredentialsVerificationPolicy %q: valid options are %q, %q, %q or %q",
+				policy, credtracker.NeverVerify, credtracker.NeverVerifyPreloadedImages, credtracker.NeverVerifyAllowlistedImages, credtracker.AlwaysVerify)
+		}
+		s.Policy = p
+		if len(s.Allowlist) > 0 && err == nil && p != credtracker.NeverVerifyAllowlistedImages {
+			fail(source, "preloadedImagesVerificationAllowlist cannot be set when imagePullCredentialsVerificationPolicy is %q, only with %q",
+				p, credtracker.NeverVerifyAllowlistedImages)
+		} else if _, err := credtracker.NewAllowlist(s.Allowlist); err != nil {
+			fail(source, "%v", err)
+		}
+	} else {
+		if policy != "" {
+			fail(policyFrom, "imagePullCredentialsVerificationPolicy must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages)
+		}
+		if len(s.Allowlist) > 0 {
+			fail(source, "preloadedImagesVerificationAllowlist must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages)
+		}
+	}
+
+	// serializeImagePulls defaults to true unless maxParallelImagePulls is
+	// above 1, as in the kubelet's defaulting.
+	s.SerializeImagePulls = cfg.MaxParallelImagePulls == nil || *cfg.MaxParallelImagePulls < 2
 	if cfg.SerializeImagePulls != nil {
 		s.SerializeImagePulls = *cfg.SerializeImagePulls
 	}
-	if cfg.MaxParallelImagePulls != nil {
-		if s.SerializeImagePulls {
-			return Settings{}, fmt.Errorf("%w: maxParallelImagePulls cannot be set when serializeImagePulls is true", ErrInvalidConfig)
+	if m := cfg.MaxParallelImagePulls; m != nil {
+		switch {
+		case *m < 1:
+			fail(source, "maxParallelImagePulls %d must be a positive number", *m)
+		case s.SerializeImagePulls && *m > 1:
+			fail(source, "maxParallelImagePulls cannot be larger than 1 unless serializeImagePulls is set to false")
+		default:
+			s.MaxParallelImagePulls = *m
 		}
-		if *cfg.MaxParallelImagePulls < 1 {
-			return Settings{}, fmt.Errorf("%w: maxParallelImagePulls %d must be at least 1", ErrInvalidConfig, *cfg.MaxParallelImagePulls)
-		}
-		s.MaxParallelImagePulls = *cfg.MaxParallelImagePulls
 	}
 	if cfg.RegistryPullQPS != nil {
 		if *cfg.RegistryPullQPS < 0 {
-			return Settings{}, fmt.Errorf("%w: registryPullQPS %d must not be negative", ErrInvalidConfig, *cfg.RegistryPullQPS)
+			fail(source, "registryPullQPS %d must not be a negative number", *cfg.RegistryPullQPS)
 		}
 		s.RegistryPullQPS = float32(*cfg.RegistryPullQPS)
 	}
 	switch {
 	case cfg.RegistryBurst < 0:
-		return Settings{}, fmt.Errorf("%w: registryBurst %d must not be negative", ErrInvalidConfig, cfg.RegistryBurst)
+		fail(source, "registryBurst %d must not be a negative number", cfg.RegistryBurst)
 	case cfg.RegistryBurst > 0:
 		s.RegistryBurst = int(cfg.RegistryBurst)
 	}
-	if s.RegistryPullQPS > 0 && s.RegistryBurst == 0 {
-		return Settings{}, fmt.Errorf("%w: registryBurst must be positive when registryPullQPS is set", ErrInvalidConfig)
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+
+	var unused []string
+	for _, k := range keys {
+		if !usedFields[k] {
+			unused = append(unused, k)
+		}
+	}
+	if len(unused) > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%s: fields not used by pullguard: %s", source, strings.Join(unused, ", ")))
 	}
 	return s, nil
+}
+
+func firstSet(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
 }

@@ -107,7 +107,7 @@ func (d *Driver) runPod(ctx context.Context, m *Manifests, p *corev1.Pod) []Resu
 	var out []Result
 	run := func(c corev1.Container, init bool) {
 		policy := DefaultPullPolicy(c.Image, c.ImagePullPolicy)
-		res, err := d.images.EnsureImageExists(ctx, imagemanager.Request{Pod: p, Image: c.Image, PullPolicy: policy, PullSecrets: secrets})
+		res, err := d.images.EnsureImageExists(ctx, imagemanager.Request{Pod: p, Container: c.Name, InitContainer: init, Image: c.Image, PullPolicy: policy, PullSecrets: secrets})
 		out = append(out, Result{
 			Pod: p.Namespace + "/" + p.Name, Container: c.Name, Init: init, Image: c.Image, PullPolicy: policy,
 			ImageRef: res.ImageRef, Pulled: res.Pulled, Error: errorReason(err), Message: res.Message, Decision: res.Decision,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/record"
@@ -12,10 +13,13 @@ import (
 
 // Event is one event as recorded on an object.
 type Event struct {
-	Object  string `json:"object"` // namespace/name
-	Type    string `json:"type"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Object string `json:"object"` // namespace/name
+	// FieldPath is the part of the object, such as spec.containers{app},
+	// when the event was recorded on a reference to it.
+	FieldPath string `json:"fieldPath,omitempty"`
+	Type      string `json:"type"`
+	Reason    string `json:"reason"`
+	Message   string `json:"message"`
 }
 
 // EventLog is a record.EventRecorder that keeps every event, in order, for
@@ -31,7 +35,9 @@ var _ record.EventRecorderLogger = (*EventLog)(nil)
 // Event implements record.EventRecorder.
 func (l *EventLog) Event(obj runtime.Object, eventType, reason, message string) {
 	ev := Event{Type: eventType, Reason: reason, Message: message}
-	if m, err := meta.Accessor(obj); err == nil {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		ev.Object, ev.FieldPath = ref.Namespace+"/"+ref.Name, ref.FieldPath
+	} else if m, err := meta.Accessor(obj); err == nil {
 		ev.Object = m.GetNamespace() + "/" + m.GetName()
 	}
 	l.mu.Lock()

@@ -83,6 +83,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if err := pc.CheckBinaries(cfg.CredentialProviderBinDir); err != nil {
 			return nil, err
 		}
+		for _, w := range pc.Warnings {
+			logger.Info("Warning: credential provider config", "warning", w)
+		}
 		providerCfg = pc
 	}
 

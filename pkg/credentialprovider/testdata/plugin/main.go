@@ -9,8 +9,10 @@
 //	-mode garbage    print text that is not JSON
 //	-mode huge       print more than any test's stdout limit
 //	-mode hugeerr    print more than any test's stderr limit to stderr
-//	-mode echo-sa    answer with the service account token as the password and
-//	                 the annotations as the username
+//	-mode echo-sa    answer with "exchanged:" and the service account token as
+//	                 the password and the annotations as the username
+//	-mode token-as-password  answer with the pod's service account token itself
+//	                 as the password (which the kubelet refuses)
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
 //
 // The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
@@ -145,8 +147,14 @@ func main() {
 		}
 		key := strings.NewReplacer("{image}", req.Image, "{registry}", registry).Replace(k)
 		a := authConfig{Username: os.Getenv("TESTPLUGIN_PREFIX") + "user:" + key, Password: "pass:" + req.Image}
-		if *mode == "echo-sa" {
-			a = authConfig{Username: annotations(req.ServiceAccountAnnotations), Password: req.ServiceAccountToken}
+		switch *mode {
+		case "echo-sa":
+			a = authConfig{Username: annotations(req.ServiceAccountAnnotations)}
+			if req.ServiceAccountToken != "" {
+				a.Password = "exchanged:" + req.ServiceAccountToken
+			}
+		case "token-as-password":
+			a = authConfig{Username: "user", Password: req.ServiceAccountToken}
 		}
 		resp.Auth[key] = a
 	}

@@ -1,0 +1,162 @@
+package credentialprovider_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/featuregates"
+	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
+)
+
+// TestTokenAsPasswordRefused: a plugin in service-account-token mode that
+// hands back the pod's own token as the password is refused (the kubelet
+// refuses it: the token is bound to one pod), nothing is cached, and the
+// error never holds the token.
+func TestTokenAsPasswordRefused(t *testing.T) {
+	tokens := fakeTokens{"ns/builder": {UID: "uid-builder"}}
+	for _, cacheType := range []cp.TokenCacheType{cp.TokenCacheServiceAccount, cp.TokenCacheToken} {
+		t.Run(string(cacheType), func(t *testing.T) {
+			e := newEnv(t)
+			p := e.provider("sa", []string{"registry.example"}, time.Hour, "-mode", "token-as-password")
+			p.TokenAttributes = &cp.TokenAttributes{Audience: "registry.example", CacheType: cacheType, RequireServiceAccount: true}
+			m := e.manager(t, []cp.Provider{p}, cp.WithServiceAccountTokenSource(tokens))
+			for _, pod := range []string{"pod1", "pod2"} {
+				got, err := m.ForPod(cp.PodInfo{Namespace: "ns", Name: pod, UID: pod + "-uid", ServiceAccountName: "builder"}).Lookup(bg, "registry.example/app")
+				require.Error(t, err, pod)
+				assert.Empty(t, got, "no credential from a refused response")
+				assert.NotContains(t, err.Error(), "token-for-", "the error holds the token")
+			}
+			entries, _ := m.CacheSize("sa")
+			assert.Zero(t, entries, "a refused response is not cached")
+		})
+	}
+}
+
+// TestConfigDirectoryAsTheKubelet: in a directory the kubelet reads only
+// *.json, *.yaml and *.yml files, in name order; a README (or any other
+// file) is ignored, and a directory with none of them is an error.
+func TestConfigDirectoryAsTheKubelet(t *testing.T) {
+	provider := func(name string) string {
+		return "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: " + name +
+			"\n  matchImages: [\"registry.example\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+	}
+	tests := []struct {
+		name      string
+		files     map[string]string
+		wantNames []string
+		wantErr   string
+	}{
+		{
+			name:      "README and other files are ignored",
+			files:     map[string]string{"README": "not yaml: [", "notes.txt": "x", "10-a.yaml": provider("a"), "20-b.yml": provider("b"), "30-c.json": `{"apiVersion":"kubelet.config.k8s.io/v1","kind":"CredentialProviderConfig","providers":[{"name":"c","matchImages":["registry.example"],"defaultCacheDuration":"1m","apiVersion":"credentialprovider.kubelet.k8s.io/v1"}]}`},
+			wantNames: []string{"a", "b", "c"},
+		},
+		{
+			name:    "only a README",
+			files:   map[string]string{"README.md": "# providers"},
+			wantErr: "no configuration files",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, data := range tt.files {
+				require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600))
+			}
+			cfg, err := cp.LoadConfig(dir)
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, cp.ErrInvalidConfig)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			var names []string
+			for _, p := range cfg.Providers {
+				names = append(names, p.Name)
+			}
+			assert.Equal(t, tt.wantNames, names)
+		})
+	}
+}
+
+// TestPathWildcardWarns: the kubelet loads a matchImages entry such as
+// "registry.io/*" and never matches it. pullguard loads it as well, never
+// matches it, and reports it in Config.Warnings (decision: warn, not
+// refuse, so that a configuration the kubelet runs also runs here).
+func TestPathWildcardWarns(t *testing.T) {
+	data := []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: good\n" +
+		"  matchImages: [\"registry.io/*\", \"registry.example\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n")
+	cfg, err := cp.Decode("inline.yaml", data, testGates(t))
+	require.NoError(t, err)
+	require.Len(t, cfg.Warnings, 1)
+	assert.Contains(t, cfg.Warnings[0], `providers[0].matchImages[0] "registry.io/*"`)
+	assert.Contains(t, cfg.Warnings[0], `"inline.yaml"`)
+
+	e := newEnv(t)
+	p := e.provider("good", []string{"registry.io/*", "registry.example"}, time.Hour)
+	m := e.manager(t, []cp.Provider{p})
+	got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.io/app:v1")
+	require.NoError(t, err)
+	assert.Empty(t, got, "the path wildcard never matches, as in the kubelet")
+	got, err = m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app:v1")
+	require.NoError(t, err)
+	assert.Len(t, got, 1)
+}
+
+// TestDecodeAppliesGates: Decode and Load apply the feature-gate rules, so
+// there is no second step to forget.
+func TestDecodeAppliesGates(t *testing.T) {
+	data := []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: sa\n" +
+		"  matchImages: [\"registry.example\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n" +
+		"  tokenAttributes:\n    serviceAccountTokenAudience: registry.example\n    cacheType: Token\n    requireServiceAccount: true\n")
+	gates := testGates(t)
+	_, err := cp.Decode("inline.yaml", data, gates)
+	require.NoError(t, err)
+	gates.ServiceAccountTokenForCredentialProviders = false
+	_, err = cp.Decode("inline.yaml", data, gates)
+	require.ErrorIs(t, err, cp.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "providers[0].tokenAttributes")
+
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, data, 0o600))
+	_, err = cp.Load(file, gates)
+	require.ErrorIs(t, err, cp.ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "providers[0].tokenAttributes")
+}
+
+func testGates(t *testing.T) featuregates.Gates {
+	t.Helper()
+	g := featuregates.Defaults()
+	g.ServiceAccountTokenForCredentialProviders = true
+	return g
+}
+
+// TestWithEnvironEmpty: WithEnviron returning no variables gives the
+// plugin no inherited environment, not the whole process environment.
+func TestWithEnvironEmpty(t *testing.T) {
+	t.Setenv("TESTPLUGIN_PREFIX", "leaked-")
+	tests := []struct {
+		name     string
+		environ  func() []string
+		wantUser string
+	}{
+		{name: "none", environ: func() []string { return nil }, wantUser: "user:registry.example"},
+		{name: "given", environ: func() []string { return []string{"TESTPLUGIN_PREFIX=given-"} }, wantUser: "given-user:registry.example"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			p := e.provider("good", []string{"registry.example"}, time.Hour, "-auth-keys", "{registry}")
+			m := e.manager(t, []cp.Provider{p}, cp.WithEnviron(tt.environ))
+			got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			assert.Equal(t, tt.wantUser, got[0].Auth.Username)
+		})
+	}
+}
