@@ -185,6 +185,17 @@ func (u *upstream) written(ctx context.Context, k int) bool {
 	return err == nil && !must
 }
 
+// refuses reports whether a pod holding another tenant's secret (not the
+// one that pulled the i-th image) must pull it: the record was found and
+// read, so "no pull needed" above means the credential matched.
+func (u *upstream) refuses(ctx context.Context, i int) bool {
+	secrets := []kubeletconfig.ImagePullSecret{upstreamSecret(i + 1)}
+	must, err := u.pm.MustAttemptImagePull(ctx, image(i), imageRef(i), func() ([]kubeletconfig.ImagePullSecret, *kubeletconfig.ImagePullServiceAccount, error) {
+		return secrets, nil, nil
+	})
+	return err == nil && must
+}
+
 // diskBytes is the space the n records take on disk (allocated blocks).
 func (u *upstream) diskBytes() (int64, error) {
 	return dirBlocks(filepath.Join(u.root, "image_manager", "pulled"))

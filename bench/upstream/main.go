@@ -155,6 +155,12 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 		}
 	}
 
+	if r == 0 {
+		if err := checkRefusals(ctx, s, rng); err != nil {
+			return err
+		}
+	}
+
 	// Decisions: for each workload, the harness loop and the decision loop
 	// of each implementation, in alternating order.
 	workloads := []struct {
@@ -220,6 +226,26 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 		return err
 	}
 	return s.up.close(counts[upstreamSide])
+}
+
+// checkRefusals makes sure both implementations refuse a pod that holds
+// another tenant's secret, for the first, the last and some records in
+// between: the decisions measured then are credential matches, not images
+// taken for preloaded ones because their records were not found.
+func checkRefusals(ctx context.Context, s *subject, rng *rand.Rand) error {
+	sample := []int{0, s.n - 1}
+	for range 30 {
+		sample = append(sample, rng.IntN(s.n))
+	}
+	for _, i := range sample {
+		if !s.up.refuses(ctx, i) {
+			return fmt.Errorf("the kubelet's pull manager lets another tenant's pod use image %d: its record was not read", i)
+		}
+		if !s.pg.refuses(i) {
+			return fmt.Errorf("pullguard lets another tenant's pod use image %d", i)
+		}
+	}
+	return nil
 }
 
 func registerPullguardMetrics() {

@@ -150,6 +150,17 @@ func (p *pullguard) written(k int) bool {
 	return d.Action == credtracker.UseImage
 }
 
+// refuses reports whether a pod holding another tenant's secret (not the
+// one that pulled the i-th image) must pull it.
+func (p *pullguard) refuses(i int) bool {
+	creds := []credential.Credential{p.credential(i + 1)}
+	d := p.tr.Decide(credtracker.Request{
+		Image: image(i), PullPolicy: corev1.PullIfNotPresent, ImageRef: imageRef(i), Names: []string{image(i)},
+		Credentials: func() []credential.Credential { return creds },
+	})
+	return d.Action == credtracker.Pull && d.Reason == credtracker.ReasonNoMatch
+}
+
 // diskBytes is the size of the store file holding the n records.
 func (p *pullguard) diskBytes() (int64, error) {
 	fi, err := os.Stat(filepath.Join(p.pristine, credtracker.StoreFile))

@@ -50,6 +50,7 @@ func (r *results) open(side string, n int, open func() error) error {
 	r.add(key{n, side, "startup"}, elapsed.wall)
 	r.add(key{n, side, "startup-cpu"}, elapsed.cpu)
 	r.add(key{n, side, "heap"}, float64(heap)/float64(n))
+	r.add(key{n, side, "heap-total"}, float64(heap))
 	return nil
 }
 
@@ -175,14 +176,15 @@ func (r *results) print(w io.Writer, cfg config, e env) {
 			r.cell(n, upstreamSide, "startup-cpu", duration), r.cell(n, pullguardSide, "startup-cpu", duration))
 	}
 
-	fmt.Fprintf(w, "\n### Memory and disk per record\n\n")
-	fmt.Fprintf(w, "| records | upstream heap | pullguard heap | upstream disk | pullguard disk |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(w, "\n### Memory and disk\n\n")
+	fmt.Fprintf(w, "| records | upstream heap | pullguard heap | pullguard heap per record | upstream disk per record | pullguard disk per record |\n|---|---|---|---|---|---|\n")
 	for _, n := range r.sizes {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", count(n),
-			r.cell(n, upstreamSide, "heap", bytes), r.cell(n, pullguardSide, "heap", bytes),
-			r.cell(n, upstreamSide, "disk", bytes), r.cell(n, pullguardSide, "disk", bytes))
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", count(n),
+			r.cell(n, upstreamSide, "heap-total", size), r.cell(n, pullguardSide, "heap-total", size),
+			r.cell(n, pullguardSide, "heap", size),
+			r.cell(n, upstreamSide, "disk", size), r.cell(n, pullguardSide, "disk", size))
 	}
-	fmt.Fprintf(w, "\nHeap: live heap after a GC, after start-up minus before, divided by N. The kubelet keeps at most %d pulled records in memory (5 × maxPods) and reads the others from disk on every decision; pullguard keeps every record in memory (its store is also memory-mapped; mapped pages are not heap). Disk: the kubelet's allocated blocks (one file per record); pullguard's store file.\n", 5*kubeletMaxPods)
+	fmt.Fprintf(w, "\nHeap: live heap after a GC, after start-up minus before. The kubelet keeps at most %d pulled records in memory (5 × maxPods) and reads the others from disk on every decision; pullguard keeps every record in memory (its store is also memory-mapped; mapped pages are not heap). Disk: the space the kubelet's files take (one file per record, a block each); pullguard's store file.\n", 5*kubeletMaxPods)
 }
 
 // cell formats a figure's median and range.
@@ -230,11 +232,17 @@ func duration(ns float64) string {
 	}
 }
 
-func bytes(b float64) string {
-	if b >= 10_000 {
-		return fmt.Sprintf("%.1f KB", b/1000)
+func size(b float64) string {
+	switch {
+	case b >= 10e6:
+		return fmt.Sprintf("%.0f MB", b/1e6)
+	case b >= 1e6:
+		return fmt.Sprintf("%.1f MB", b/1e6)
+	case b >= 10e3:
+		return fmt.Sprintf("%.0f KB", b/1e3)
+	default:
+		return fmt.Sprintf("%.0f B", b)
 	}
-	return fmt.Sprintf("%.0f B", b)
 }
 
 // count formats a number of records with thin groups: 100 000.
