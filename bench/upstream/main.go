@@ -32,8 +32,8 @@ type config struct {
 func main() {
 	var cfg config
 	sizes := flag.String("sizes", "100,1000,10000,100000", "numbers of records, comma-separated")
-	flag.IntVar(&cfg.rounds, "rounds", 6, "rounds; each measures every figure once, interleaving the two implementations")
-	flag.DurationVar(&cfg.decideTime, "decide-time", 200*time.Millisecond, "time per decision measurement")
+	flag.IntVar(&cfg.rounds, "rounds", 5, "rounds; each measures every figure once, interleaving the two implementations")
+	flag.DurationVar(&cfg.decideTime, "decide-time", 150*time.Millisecond, "CPU time per decision measurement (after a tenth of it to warm up)")
 	flag.DurationVar(&cfg.writeTime, "write-time", 300*time.Millisecond, "time per write measurement")
 	flag.IntVar(&cfg.minWrites, "min-writes", 3, "writes per write measurement, at least")
 	flag.StringVar(&cfg.dir, "dir", "", "directory for both stores (the kubelet's root and pullguard's state); default: a new one under $TMPDIR")

@@ -128,7 +128,7 @@ func loadAverage() string {
 func (r *results) print(w io.Writer, cfg config, e env) {
 	fmt.Fprintf(w, "## pullguard against the upstream kubelet's pull manager\n\n")
 	fmt.Fprintf(w, "k8s.io/kubernetes %s (pkg/kubelet/images/pullmanager, built as the kubelet builds it) and pullguard's credtracker, in one process.\n", e.kubernetes)
-	fmt.Fprintf(w, "%s, %s, GOMAXPROCS %d of %d CPUs; load average %s before, %s after; %d rounds, %s per decision measurement; started %s.\n",
+	fmt.Fprintf(w, "%s, %s, GOMAXPROCS %d of %d CPUs; load average %s before, %s after; %d rounds, %s of CPU time per decision measurement; started %s.\n",
 		e.goVersion, e.cpu, e.procs, e.cpus, e.loadBefore, e.loadAfter, cfg.rounds, cfg.decideTime, e.started.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "Each cell: median of the rounds (lowest–highest).\n\n")
 
