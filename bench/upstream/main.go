@@ -36,7 +36,7 @@ func main() {
 	flag.DurationVar(&cfg.decideTime, "decide-time", 150*time.Millisecond, "CPU time per decision measurement (after a tenth of it to warm up)")
 	flag.DurationVar(&cfg.writeTime, "write-time", 300*time.Millisecond, "time per write measurement")
 	flag.IntVar(&cfg.minWrites, "min-writes", 3, "writes per write measurement, at least")
-	flag.StringVar(&cfg.dir, "dir", "", "directory for both stores (the kubelet's root and pullguard's state); default: a new one under $TMPDIR")
+	flag.StringVar(&cfg.dir, "dir", "", "directory under which both stores (the kubelet's root and pullguard's state) are created for the run and removed after it; default: $TMPDIR")
 	flag.StringVar(&cfg.fastDir, "fast-dir", "/dev/shm", "tmpfs where pullguard's stores are first written (each pull is a durable transaction), then copied under -dir; empty: write them under -dir")
 	flag.Parse()
 	var err error
@@ -83,13 +83,13 @@ func run(ctx context.Context, cfg config, out, log io.Writer) (err error) {
 	registerPullguardMetrics()
 	ctx = klog.NewContext(ctx, klog.Background())
 
-	base := cfg.dir
-	if base == "" {
-		if base, err = os.MkdirTemp("", "pullguard-bench-upstream-"); err != nil {
-			return fmt.Errorf("failed to create a work directory: %w", err)
-		}
-		defer os.RemoveAll(base)
+	// A new directory each run, removed at the end, so that nothing left by
+	// an earlier run counts.
+	base, err := os.MkdirTemp(cfg.dir, "pullguard-bench-upstream-")
+	if err != nil {
+		return fmt.Errorf("failed to create a work directory: %w", err)
 	}
+	defer os.RemoveAll(base)
 	fast := base
 	if cfg.fastDir != "" {
 		if fast, err = os.MkdirTemp(cfg.fastDir, "pullguard-bench-upstream-"); err != nil {
