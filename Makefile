@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e bench fuzz lint clean FORCE
+.PHONY: all build demo test unit e2e bench bench-upstream fuzz lint clean FORCE
 
 all: build
 
@@ -36,6 +36,16 @@ e2e:
 ## bench: the benchmarks recorded in docs/benchmarks.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## bench-upstream: pullguard's tracker beside the upstream kubelet's pull
+## manager (k8s.io/kubernetes, built as the kubelet builds it) on the same
+## workloads, in one process; prints the tables of docs/benchmarks.md
+## ("Against upstream"). A module of its own (bench/upstream), not part of
+## `make test`. The first run downloads and builds k8s.io/kubernetes.
+## UPSTREAM_FLAGS passes flags, e.g. UPSTREAM_FLAGS='-rounds 3 -sizes 1000,10000'.
+UPSTREAM_FLAGS ?=
+bench-upstream:
+	cd bench/upstream && $(GO) build -o ../../bin/bench-upstream . && ../../bin/bench-upstream $(UPSTREAM_FLAGS)
 
 ## fuzz: every fuzz target for FUZZTIME each.
 fuzz:
