@@ -37,7 +37,13 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 	ref, used, attempted, waited, err := m.pullWithCredentials(ctx, req, image, creds)
 	pullDuration.WithLabelValues(resultLabel(err)).Observe(m.clock.Since(start).Seconds())
 	if err != nil {
-		if rerr := m.tracker.RecordImagePullFailed(image); rerr != nil {
+		if errors.Is(err, errUnverifiedPull) {
+			// The runtime may now hold the name for content the registry
+			// never served. The intent stays unresolved: the name needs
+			// verification in this process (a pull in flight) and after a
+			// restart (pulled with no known credential).
+			m.logger.Info("A pull was not verified; its intent stays unresolved so the name requires verification", "image", image)
+		} else if rerr := m.tracker.RecordImagePullFailed(image); rerr != nil {
 			m.logger.Error(rerr, "Failed to resolve a pull intent; it will ask for verification after a restart", "image", image)
 		}
 		m.backoff.Next(key, m.clock.Now())
@@ -90,7 +96,13 @@ func (m *Manager) pullWithCredentials(ctx context.Context, req Request, image st
 			break
 		}
 		attempted = true
-		ref, err := m.images.PullImage(ctx, &runtimeapi.ImageSpec{Image: image}, criAuth(c), req.SandboxConfig)
+		auth := criAuth(c)
+		ref, err := m.images.PullImage(ctx, &runtimeapi.ImageSpec{Image: image}, auth, req.SandboxConfig)
+		if err == nil {
+			if verr := m.verifyPull(ctx, image, auth); verr != nil {
+				err = fmt.Errorf("%w: %w", errUnverifiedPull, verr)
+			}
+		}
 		if err == nil {
 			return ref, c, true, waited, nil
 		}

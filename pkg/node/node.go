@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
@@ -144,6 +145,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		imagemanager.WithMaxParallelImagePulls(cfg.Settings.MaxParallelImagePulls),
 		imagemanager.WithRegistryQPS(cfg.Settings.RegistryPullQPS, cfg.Settings.RegistryBurst),
 	}
+	if cfg.RuntimeEndpoint != "" {
+		// A real runtime may name content it holds after a registry only
+		// claimed its digest; check that the registry serves the bytes.
+		opts = append(opts, imagemanager.WithManifestVerification(verifyManifest))
+	}
 	if providerCfg != nil {
 		popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
 		if cfg.ServiceAccounts != nil {
@@ -163,6 +169,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
 	ok = true
 	return n, nil
+}
+
+func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
+	return pgruntime.VerifyManifest(ctx, image, auth, expected)
 }
 
 // Run ensures the images of every pod in m and returns the results in file

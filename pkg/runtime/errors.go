@@ -65,8 +65,8 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	}
 	var te *transport.Error
 	if !errors.As(err, &te) {
-		if isContextErr(err) {
-			return err
+		if isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest) {
+			return err // context errors and this package's own errors carry no secret
 		}
 		return &registryError{msg: redact(err.Error(), auth)}
 	}

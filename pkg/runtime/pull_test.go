@@ -103,7 +103,7 @@ func TestRePullOfPresentImageFetchesOnlyTheManifest(t *testing.T) {
 			auth: basic("alice", "alice-pw"),
 			wantRounds: []request{
 				{Method: http.MethodGet, Kind: kindPing, Status: http.StatusUnauthorized},
-				{Method: http.MethodHead, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusOK},
+				{Method: http.MethodGet, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusOK},
 			},
 		},
 		{
@@ -111,7 +111,7 @@ func TestRePullOfPresentImageFetchesOnlyTheManifest(t *testing.T) {
 			auth: basic("carol", "carol-pw"),
 			wantRounds: []request{
 				{Method: http.MethodGet, Kind: kindPing, Status: http.StatusUnauthorized},
-				{Method: http.MethodHead, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusOK},
+				{Method: http.MethodGet, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusOK},
 			},
 		},
 		{
@@ -120,7 +120,7 @@ func TestRePullOfPresentImageFetchesOnlyTheManifest(t *testing.T) {
 			wantErr: true,
 			wantRounds: []request{
 				{Method: http.MethodGet, Kind: kindPing, Status: http.StatusUnauthorized},
-				{Method: http.MethodHead, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusUnauthorized},
+				{Method: http.MethodGet, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusUnauthorized},
 			},
 		},
 		{
@@ -128,7 +128,7 @@ func TestRePullOfPresentImageFetchesOnlyTheManifest(t *testing.T) {
 			wantErr: true,
 			wantRounds: []request{
 				{Method: http.MethodGet, Kind: kindPing, Status: http.StatusUnauthorized},
-				{Method: http.MethodHead, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusUnauthorized},
+				{Method: http.MethodGet, Kind: kindManifest, Repo: "team-a/app", Status: http.StatusUnauthorized},
 			},
 		},
 	}
@@ -216,7 +216,7 @@ func TestPullWhenPingIsOpenAnswersTheRepositoryChallenge(t *testing.T) {
 	assert.Zero(t, reg.count(kindBlob))
 }
 
-func TestPullFallsBackToGetWhenHeadIsNotAllowed(t *testing.T) {
+func TestPullNeedsNoHeadSupport(t *testing.T) {
 	reg := newTestRegistry(t)
 	reg.makePublic("public/tool")
 	img := randomImage(t, 1)
