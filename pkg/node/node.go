@@ -14,6 +14,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/dirlock"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
 	"github.com/pullguard/pullguard/pkg/keyring"
@@ -24,7 +25,12 @@ import (
 const (
 	TrackerDir = "credtracker"
 	RuntimeDir = "runtime"
+	// LockFile, held by the running process, holds its process ID.
+	LockFile = "pullguard.lock"
 )
+
+// ErrRootDirInUse: another process holds the root directory.
+var ErrRootDirInUse = errors.New("the root directory is in use")
 
 // Config says how to assemble a node.
 type Config struct {
@@ -57,6 +63,7 @@ type Node struct {
 
 	providers *credentialprovider.Manager
 	driver    *Driver
+	lock      *dirlock.Lock
 }
 
 // Start checks cfg, then assembles the node. Every input is checked before
@@ -104,6 +111,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create the root directory: %w", err)
 	}
+	// One owner per root directory, before anything under it is opened.
+	lock, err := dirlock.Acquire(cfg.RootDir, LockFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRootDirInUse, err)
+	}
+	n.lock = lock
 	if n.Runtime == nil {
 		rt, err := pgruntime.NewEmbedded(filepath.Join(cfg.RootDir, RuntimeDir), pgruntime.WithLogger(logger))
 		if err != nil {
@@ -195,5 +208,6 @@ func (n *Node) Close() error {
 		defer cancel()
 		errs = append(errs, n.Runtime.Close(ctx))
 	}
+	errs = append(errs, n.lock.Release()) // last: the state is closed
 	return errors.Join(errs...)
 }

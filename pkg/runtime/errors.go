@@ -29,6 +29,9 @@ var (
 	ErrNoMatchingPlatform = errors.New("no matching manifest for platform")
 	// ErrDigestMismatch: content did not hash to the digest it was asked for.
 	ErrDigestMismatch = errors.New("digest mismatch")
+	// ErrStateInUse: another Embedded (in this or another process) owns
+	// the state directory.
+	ErrStateInUse = errors.New("image state directory in use")
 	// ErrInvalidEndpoint: a CRI endpoint is malformed or not a unix socket.
 	ErrInvalidEndpoint = errors.New("invalid image service endpoint")
 )

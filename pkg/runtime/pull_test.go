@@ -262,7 +262,7 @@ func TestPullCancellation(t *testing.T) {
 		err := <-errc
 		assert.ErrorIs(t, err, context.Canceled)
 		assert.Nil(t, status(t, e, ref))
-		assert.Zero(t, usedBytes(t, newEmbedded(t, dir)), "a reopened store keeps nothing of a canceled pull")
+		assert.Zero(t, usedBytes(t, reopen(t, e, dir)), "a reopened store keeps nothing of a canceled pull")
 	})
 }
 
@@ -294,7 +294,7 @@ func TestConcurrentPullsOfTheSameImage(t *testing.T) {
 	require.Len(t, images, 1)
 	assert.Equal(t, []string{reg.ref("public/tool:v1"), reg.ref("public/tool:v2")}, images[0].RepoTags)
 
-	reopened := newEmbedded(t, dir)
+	reopened := reopen(t, e, dir)
 	reg.reset()
 	_, err = reopened.PullImage(context.Background(), spec(reg.ref("public/tool:v1")), nil, nil)
 	require.NoError(t, err)
@@ -343,7 +343,7 @@ func TestConcurrentPullsAndRemovalsKeepTheStoreComplete(t *testing.T) {
 	}
 	wg.Wait()
 
-	reopened := newEmbedded(t, dir)
+	reopened := reopen(t, e, dir)
 	images, err := reopened.ListImages(ctx, nil)
 	require.NoError(t, err)
 	reg.reset()
