@@ -13,6 +13,11 @@
 //	                 the annotations as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
 //
+// -leave setsid starts, before the mode's behaviour, a grandchild in a new
+// session (out of the plugin's process group) that sleeps forever; -leave
+// daemon double-forks one (an intermediate in a new session starts it in
+// another new session and exits). Its pid goes to -leave-pidfile.
+//
 // The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
 // username. -record FILE appends one line per run ("<image> token=<yes|no>"), so the
 // tests can count runs. -key-type, -duration, -auth-keys, -api-version and
@@ -29,6 +34,7 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -63,10 +69,16 @@ func main() {
 	kind := flag.String("kind", "CredentialProviderResponse", "kind of the response")
 	delay := flag.Duration("delay", 0, "delay before answering")
 	pidfile := flag.String("pidfile", "", "where -mode hang writes its grandchild's pid")
+	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
+	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
 	flag.Parse()
 
-	if *mode == "grandchild" {
+	switch *mode {
+	case "grandchild":
 		sleepForever()
+	case "daemonize":
+		startInNewSession(*leavePidfile)
+		return
 	}
 
 	data, err := io.ReadAll(os.Stdin)
@@ -76,6 +88,20 @@ func main() {
 	var req request
 	if err := json.Unmarshal(data, &req); err != nil {
 		fail("decode request: %v", err)
+	}
+	switch *leave {
+	case "setsid":
+		startInNewSession(*leavePidfile)
+	case "daemon":
+		self, err := os.Executable()
+		if err != nil {
+			fail("executable: %v", err)
+		}
+		mid := exec.Command(self, "-mode", "daemonize", "-leave-pidfile", *leavePidfile)
+		mid.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := mid.Run(); err != nil {
+			fail("daemonize: %v", err)
+		}
 	}
 	runs := 0
 	if *record != "" {
@@ -152,6 +178,23 @@ func main() {
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
 		fail("encode: %v", err)
+	}
+}
+
+// startInNewSession starts a grandchild in a new session, with no pipe of
+// the plugin's, and writes its pid to pidfile.
+func startInNewSession(pidfile string) {
+	self, err := os.Executable()
+	if err != nil {
+		fail("executable: %v", err)
+	}
+	child := exec.Command(self, "-mode", "grandchild")
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		fail("start grandchild: %v", err)
+	}
+	if err := os.WriteFile(pidfile, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
+		fail("pidfile: %v", err)
 	}
 }
 
