@@ -10,6 +10,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
@@ -106,12 +107,33 @@ func (m *Manager) pullWithCredentials(ctx context.Context, req Request, image st
 		if err == nil {
 			return ref, c, true, waited, nil
 		}
-		errs = append(errs, err)
+		errs = append(errs, scrubbed(err, creds))
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	return "", used, attempted, waited, utilerrors.NewAggregate(errs)
+}
+
+// scrubbed returns err with every form of every credential tried removed
+// from its text: a runtime's error may quote what a registry answered,
+// and a registry may echo what it was sent. Errors that hold none keep
+// their identity (errors.Is still works on them).
+func scrubbed(err error, creds []credential.Credential) error {
+	var secrets []string
+	for _, c := range creds {
+		secrets = append(secrets, c.Auth.Password, c.Auth.IdentityToken, c.Auth.RegistryToken)
+		secrets = append(secrets, leak.BasicAuth(c.Auth.Auth)...)
+	}
+	msg := err.Error()
+	clean := leak.Redact(msg, secrets...)
+	if clean == msg {
+		return err
+	}
+	if errors.Is(err, errUnverifiedPull) {
+		return fmt.Errorf("%w: %s", errUnverifiedPull, clean)
+	}
+	return errors.New(clean)
 }
 
 // acquire takes a pull slot, or returns when ctx ends.

@@ -12,6 +12,9 @@
 //	-mode echo-sa    answer with the service account token as the password and
 //	                 the annotations as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
+//	-mode tattle     like good, after writing to stderr the token, the value of
+//	                 TESTPLUGIN_SECRET and the password it answers, plain,
+//	                 base64 (alone and in user:password), JSON- and URL-escaped
 //
 // -leave setsid starts, before the mode's behaviour, a grandchild in a new
 // session (out of the plugin's process group) that sleeps forever; -leave
@@ -26,10 +29,12 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"sort"
@@ -120,9 +125,7 @@ func main() {
 			fail("start grandchild: %v", err)
 		}
 		if *pidfile != "" {
-			if err := os.WriteFile(*pidfile, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
-				fail("pidfile: %v", err)
-			}
+			writePid(*pidfile, child.Process.Pid)
 		}
 		sleepForever()
 	case "crash":
@@ -150,6 +153,12 @@ func main() {
 		}
 	case "slow":
 		time.Sleep(*delay)
+	case "tattle":
+		for _, v := range []string{req.ServiceAccountToken, os.Getenv("TESTPLUGIN_SECRET"), "pass:" + req.Image} {
+			j, _ := json.Marshal(v)
+			fmt.Fprintf(os.Stderr, "debug: %s b64=%s basic=%s json=%s url=%s\n", v, base64.StdEncoding.EncodeToString([]byte(v)),
+				base64.StdEncoding.EncodeToString([]byte("user:"+v)), j, url.QueryEscape(v))
+		}
 	}
 
 	resp := response{
@@ -193,7 +202,15 @@ func startInNewSession(pidfile string) {
 	if err := child.Start(); err != nil {
 		fail("start grandchild: %v", err)
 	}
-	if err := os.WriteFile(pidfile, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
+	writePid(pidfile, child.Process.Pid)
+}
+
+// writePid writes pid to path atomically, so a reader never sees it empty.
+func writePid(path string, pid int) {
+	if err := os.WriteFile(path+".tmp", []byte(fmt.Sprint(pid)), 0o600); err != nil {
+		fail("pidfile: %v", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
 		fail("pidfile: %v", err)
 	}
 }
