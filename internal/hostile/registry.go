@@ -6,6 +6,8 @@
 package hostile
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -30,6 +32,19 @@ const (
 	OtherBytesSchema1
 )
 
+// StartCrafted starts a registry that serves manifest (with media type
+// mediaType) for every tag and for its own digest, honestly hashed, but no
+// blob: a manifest or index of its own that names another tenant's
+// config, layers or manifest by their digests (which are not secret).
+func StartCrafted(manifest []byte, mediaType string) (*Registry, error) {
+	r, err := Start("", mediaType, OtherBytes)
+	if err != nil {
+		return nil, err
+	}
+	r.crafted = manifest
+	return r, nil
+}
+
 // Request is one request the registry answered.
 type Request struct {
 	Method string
@@ -52,6 +67,7 @@ type Registry struct {
 	claimed   string
 	mediaType string
 	mode      Mode
+	crafted   []byte // served as the manifest, when set
 
 	mu  sync.Mutex
 	log []Request
@@ -110,6 +126,21 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request) {
 	switch {
 	case req.URL.Path == "/v2/" || req.URL.Path == "/v2":
 		w.WriteHeader(status)
+	case r.crafted != nil && strings.Contains(req.URL.Path, "/manifests/"):
+		sum := sha256.Sum256(r.crafted)
+		d := "sha256:" + hex.EncodeToString(sum[:])
+		if ref := req.URL.Path[strings.LastIndex(req.URL.Path, "/")+1:]; strings.HasPrefix(ref, "sha256:") && ref != d {
+			status = http.StatusNotFound
+			w.WriteHeader(status)
+			return
+		}
+		w.Header().Set("Docker-Content-Digest", d)
+		w.Header().Set("Content-Type", r.mediaType)
+		w.Header().Set("Content-Length", fmt.Sprint(len(r.crafted)))
+		w.WriteHeader(status)
+		if req.Method == http.MethodGet {
+			_, _ = w.Write(r.crafted)
+		}
 	case strings.Contains(req.URL.Path, "/manifests/") && req.Method == http.MethodHead:
 		w.Header().Set("Docker-Content-Digest", r.claimed)
 		w.Header().Set("Content-Type", r.mediaType)

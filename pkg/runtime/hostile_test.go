@@ -2,9 +2,13 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,4 +114,78 @@ func TestVerifyManifest(t *testing.T) {
 			assert.Equal(t, digest, got)
 		})
 	}
+}
+
+// TestRegistryServingACraftedManifestGetsNothing: a tenant's registry
+// serves, honestly hashed, a manifest or index of its own that names
+// tenant A's stored config and layers (or manifest) by digest, and never
+// serves those blobs. The runtime makes it prove it holds them, and the
+// pull fails; the name is not created.
+func TestRegistryServingACraftedManifestGetsNothing(t *testing.T) {
+	reg := newTestRegistry(t)
+	reg.addUser("alice", "alice-pw")
+	reg.allow("team-a/app", "alice")
+	private := randomImage(t, 2)
+	reg.push(reg.ref("team-a/app:v1"), private)
+	raw, err := private.RawManifest()
+	require.NoError(t, err)
+	mt, err := private.MediaType()
+	require.NoError(t, err)
+	size := len(raw)
+	digest := manifestDigest(t, private)
+
+	tests := []struct {
+		name      string
+		manifest  []byte
+		mediaType string
+	}{
+		{name: "manifest naming A's config and layers", manifest: append(raw[:len(raw)-1:len(raw)-1], []byte(`,"annotations":{"evil":"1"}}`)...), mediaType: string(mt)},
+		{name: "index naming A's manifest", mediaType: "application/vnd.oci.image.index.v1+json",
+			manifest: []byte(fmt.Sprintf(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"mediaType":%q,"size":%d,"digest":%q}]}`, mt, size, digest))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEmbedded(t, t.TempDir())
+			_, err := e.PullImage(context.Background(), spec(reg.ref("team-a/app:v1")), basic("alice", "alice-pw"), nil)
+			require.NoError(t, err)
+			liar, err := hostile.StartCrafted(tt.manifest, tt.mediaType)
+			require.NoError(t, err)
+			t.Cleanup(liar.Close)
+			image := liar.Host + "/evil/app:v1"
+
+			_, err = e.PullImage(context.Background(), spec(image), nil, nil)
+
+			require.Error(t, err)
+			assert.Nil(t, status(t, e, image), "no name for content the registry never served")
+			assert.NotNil(t, status(t, e, reg.ref("team-a/app:v1")))
+			t.Logf("error: %v\nthe liar's log:\n%s", err, liar.Log())
+		})
+	}
+}
+
+// TestNewImageSharingStoredLayersProvesThemCheaply: a legitimate new image
+// that shares stored layers costs one small ranged request per shared
+// layer, not a download.
+func TestNewImageSharingStoredLayersProvesThemCheaply(t *testing.T) {
+	reg := newTestRegistry(t)
+	reg.makePublic("public/a")
+	reg.makePublic("public/b")
+	base := randomImage(t, 2)
+	extra, err := random.Layer(256, types.DockerLayer)
+	require.NoError(t, err)
+	derived, err := mutate.AppendLayers(base, extra)
+	require.NoError(t, err)
+	reg.push(reg.ref("public/a:v1"), base)
+	reg.push(reg.ref("public/b:v1"), derived)
+	e := newEmbedded(t, t.TempDir())
+	_, err = e.PullImage(context.Background(), spec(reg.ref("public/a:v1")), nil, nil)
+	require.NoError(t, err)
+	reg.reset()
+
+	id, err := e.PullImage(context.Background(), spec(reg.ref("public/b:v1")), nil, nil)
+
+	require.NoError(t, err)
+	assert.Equal(t, configDigest(t, derived), id)
+	// the new config and layer are downloaded; each of the 2 shared layers is proven by one request
+	assert.Equal(t, 4, reg.count(kindBlob), "%v", reg.requests())
 }

@@ -100,8 +100,14 @@ func (e *Embedded) fetch(ctx context.Context, p *remote.Puller, l *lease, repo n
 			return nil, err
 		}
 		l.add(child.Digest)
+		stored := e.content.has(child.Digest)
 		if manifestRaw, err = e.fetchManifest(ctx, p, repo, child.Digest, nil, auth); err != nil {
 			return nil, err
+		}
+		if stored {
+			if err := e.proveManifest(ctx, p, repo, child.Digest, auth); err != nil {
+				return nil, err
+			}
 		}
 		manifest = child.Digest
 		if mt := mediaTypeOf(child.MediaType, manifestRaw); !mt.IsImage() {
@@ -121,7 +127,7 @@ func (e *Embedded) fetch(ctx context.Context, p *remote.Puller, l *lease, repo n
 		}
 		return rc, nil
 	}
-	return e.storeImage(ctx, l, top, topType, int64(len(topRaw)), manifest, manifestRaw, src)
+	return e.storeImage(ctx, l, top, topType, int64(len(topRaw)), manifest, manifestRaw, src, e.newProver(repo, auth, src))
 }
 
 // fetchManifest returns manifest d from the content store, or stores raw
@@ -145,6 +151,16 @@ func (e *Embedded) fetchManifest(ctx context.Context, p *remote.Puller, repo nam
 		return nil, err
 	}
 	return raw, nil
+}
+
+// proveManifest makes the registry serve manifest d of a new index when
+// d was already stored (fetchManifest did not ask for it): an index of the
+// registry's own could name another tenant's manifest by its digest.
+func (e *Embedded) proveManifest(ctx context.Context, p *remote.Puller, repo name.Repository, d v1.Hash, auth *runtimeapi.AuthConfig) error {
+	if _, _, err := servedManifest(ctx, p, repo.Digest(d.String())); err != nil {
+		return fmt.Errorf("failed to fetch manifest %s: %w", d, registryFailure(err, auth))
+	}
+	return nil
 }
 
 // mediaTypeOf is the media type the registry announced when it is a
