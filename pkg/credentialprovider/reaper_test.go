@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -69,4 +70,18 @@ func TestProcessGroupKillMissesSetsid(t *testing.T) {
 		}
 	})
 	assert.False(t, processGone(pid), "without the reaper, the setsid grandchild survives the group kill")
+}
+
+// BenchmarkPluginRun measures one plugin run (a cache miss), the reaper
+// included.
+func BenchmarkPluginRun(b *testing.B) {
+	e := newEnv(b)
+	m := e.manager(b, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute)})
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app-"+strconv.Itoa(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
