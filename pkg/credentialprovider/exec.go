@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pullguard/pullguard/internal/reaper"
 )
 
 // pipeDrainGrace bounds how long a run waits, once the plugin's process
@@ -47,7 +49,7 @@ type runFailure struct {
 	err    error
 }
 
-// run starts spec.path under a reaper (see reaper_linux.go), writes
+// run starts spec.path under a reaper (package internal/reaper), writes
 // spec.stdin to it, and collects stdout and stderr up to their limits. When
 // ctx ends (the timeout or a cancellation) or an output overflows, the
 // reaper is told to stop. Either way the reaper kills every process left
@@ -70,7 +72,7 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
 	}
 
-	cmd, env := reaped(spec.path, spec.args, spec.env)
+	cmd, env := reaper.Command(spec.path, spec.args, spec.env)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -91,7 +93,7 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		killOnce.Do(func() {
 			// The reaper kills the plugin and everything below it, then
 			// exits; SIGKILL is for a reaper that does not.
-			stopReaper(pgid)
+			reaper.Stop(pgid)
 			go func() {
 				t := time.NewTimer(reaperStopGrace)
 				defer t.Stop()
@@ -166,8 +168,8 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		}
 		return res, &runFailure{kind: KindCanceled, detail: "run canceled and plugin killed", err: context.Cause(ctx)}
 	}
-	if res.exitCode == reaperExitStart && bytes.HasPrefix(res.stderr, []byte(reaperStartFailure)) {
-		cause := strings.TrimSpace(strings.TrimPrefix(string(res.stderr), reaperStartFailure))
+	if res.exitCode == reaper.ExitStart && bytes.HasPrefix(res.stderr, []byte(reaper.StartFailure)) {
+		cause := strings.TrimSpace(strings.TrimPrefix(string(res.stderr), reaper.StartFailure))
 		res.stderr = nil
 		return res, &runFailure{kind: KindStart, detail: "cannot start", err: errors.New(cause)}
 	}

@@ -1,8 +1,9 @@
 //go:build linux
 
-package credentialprovider
+package reaper
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -14,14 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A plugin runs under a reaper: pullguard's own executable, started again
-// with reaperEnv set, which makes itself a child subreaper
-// (PR_SET_CHILD_SUBREAPER), starts the plugin, and when the plugin exits
-// (or the reaper is told to stop) kills every process left below it. A
-// descendant that called setsid or double-forked leaves the plugin's
-// process group, but not the reaper's subtree: when its parent dies it is
-// re-parented to the reaper, which kills it. The reaper needs no
-// privileges and no cgroup delegation.
+// reaperEnv marks the executable started again as a reaper.
 const reaperEnv = "PULLGUARD_PLUGIN_REAPER"
 
 // reaperExe is how the reaper is started: the running executable, even
@@ -31,30 +25,39 @@ const reaperExe = "/proc/self/exe"
 // Exit statuses and messages of the reaper itself.
 const (
 	reaperExitSignaled = 125 // told to stop before the plugin exited
-	reaperExitStart    = 126 // the plugin could not be started
-	reaperStartFailure = "pullguard-plugin-reaper: cannot start: "
+	// ExitStart is the reaper's status when the program could not be
+	// started; its stderr then starts with StartFailure and the cause.
+	ExitStart          = 126
+	StartFailure       = "pullguard-plugin-reaper: cannot start: "
 	reaperCleanupLimit = 10 * time.Second
 )
 
+// Supported says whether Command runs programs under a reaper here.
+const Supported = true
+
 func init() {
 	if os.Getenv(reaperEnv) == "1" {
-		os.Exit(reaperMain(os.Args[1:]))
+		// syscall.Exit skips the exit hooks (the race detector's sleeps a
+		// second at exit); the reaper has nothing buffered to flush.
+		syscall.Exit(reaperMain(os.Args[1:]))
 	}
 }
 
-// reaped returns the command that runs path with args under a reaper, and
-// the environment to give it.
-func reaped(path string, args, env []string) (*exec.Cmd, []string) {
+// Command returns the command that runs path with args under a reaper, and
+// the environment to give it (env, plus the reaper's marker, which the
+// program does not see). Start it in its own process group; stop it early
+// with Stop, never with SIGKILL (its descendants would go to init).
+func Command(path string, args, env []string) (*exec.Cmd, []string) {
 	cmd := exec.Command(reaperExe, append([]string{"--", path}, args...)...)
 	cmd.Args[0] = "pullguard-plugin-reaper"
 	return cmd, append(append([]string(nil), env...), reaperEnv+"=1")
 }
 
-// stopReaper asks a reaper to kill its plugin and everything below it and
-// exit; kill is its last resort.
-func stopReaper(pid int) { _ = syscall.Kill(pid, syscall.SIGTERM) }
+// Stop asks the reaper pid to kill its program and everything below it,
+// and exit.
+func Stop(pid int) { _ = syscall.Kill(pid, syscall.SIGTERM) }
 
-// reaperMain is the reaper process: args is "--", the plugin and its
+// reaperMain is the reaper process: args is "--", the program and its
 // arguments. It returns the plugin's exit status (re-raising the signal
 // that killed it) after no descendant is left.
 func reaperMain(args []string) int {
@@ -82,8 +85,12 @@ func reaperMain(args []string) int {
 	plugin.Stdin, plugin.Stdout, plugin.Stderr = os.Stdin, os.Stdout, os.Stderr
 	plugin.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := plugin.Start(); err != nil {
-		_, _ = os.Stderr.WriteString(reaperStartFailure + sanitizeStartError(err).Error() + "\n")
-		return reaperExitStart
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the cause only, not the path
+		}
+		_, _ = os.Stderr.WriteString(StartFailure + err.Error() + "\n")
+		return ExitStart
 	}
 	// The reaper's own descriptors would keep the pipes open.
 	_ = os.Stdin.Close()
