@@ -15,7 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reaperEnv marks the executable started again as a reaper.
+// reaperEnv marks the executable started again as a reaper; its value is
+// the pid of the process that started it.
 const reaperEnv = "PULLGUARD_PLUGIN_REAPER"
 
 // reaperExe is how the reaper is started: the running executable, even
@@ -36,7 +37,7 @@ const (
 const Supported = true
 
 func init() {
-	if os.Getenv(reaperEnv) == "1" {
+	if os.Getenv(reaperEnv) != "" {
 		// syscall.Exit skips the exit hooks (the race detector's sleeps a
 		// second at exit); the reaper has nothing buffered to flush.
 		syscall.Exit(reaperMain(os.Args[1:]))
@@ -50,7 +51,7 @@ func init() {
 func Command(path string, args, env []string) (*exec.Cmd, []string) {
 	cmd := exec.Command(reaperExe, append([]string{"--", path}, args...)...)
 	cmd.Args[0] = "pullguard-plugin-reaper"
-	return cmd, append(append([]string(nil), env...), reaperEnv+"=1")
+	return cmd, append(append([]string(nil), env...), reaperEnv+"="+strconv.Itoa(os.Getpid()))
 }
 
 // Stop asks the reaper pid to kill its program and everything below it,
@@ -68,8 +69,8 @@ func reaperMain(args []string) int {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	// Die with the pullguard that started this reaper (and clean up).
 	_ = unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0, 0, 0)
-	if os.Getppid() == 1 {
-		return reaperExitSignaled // the parent is already gone
+	if strconv.Itoa(os.Getppid()) != os.Getenv(reaperEnv) {
+		return reaperExitSignaled // the parent died before the line above
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return 2
@@ -107,7 +108,9 @@ func reaperMain(args []string) int {
 	case st = <-exited:
 	case <-stop:
 	}
-	_ = syscall.Kill(-plugin.Process.Pid, syscall.SIGKILL) // the plugin's group at once
+	// Every process below is a child of the reaper or becomes one when its
+	// parent is killed. (No group kill: once the plugin is reaped its pid
+	// may name another process group.)
 	killDescendants()
 	if st == nil {
 		return reaperExitSignaled
