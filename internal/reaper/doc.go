@@ -1,8 +1,8 @@
 // Package reaper runs a program so that nothing it starts outlives it. On
 // Linux the program runs under a reaper: the running executable started
-// again (/proc/self/exe, marked by PULLGUARD_PLUGIN_REAPER=<parent pid>), which makes
-// itself a child subreaper (PR_SET_CHILD_SUBREAPER), starts the program,
-// and when the program exits, or when it is told to stop (SIGTERM, also
+// again (/proc/self/exe, marked by PULLGUARD_PLUGIN_REAPER=<parent pid>),
+// which makes itself a child subreaper (PR_SET_CHILD_SUBREAPER), starts
+// the program, and when the program exits, or when it is told to stop (SIGTERM, also
 // sent when its parent dies), kills and reaps every process left below
 // it. A descendant that called setsid or double-forked leaves the
 // program's process group, but not the reaper's subtree: when its parent
