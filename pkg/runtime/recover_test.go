@@ -102,3 +102,35 @@ func TestOneEmbeddedPerDirectory(t *testing.T) {
 	assert.NoFileExists(t, ingest, "the owner cleans up what a crash left")
 	require.NoError(t, reopened.Close(context.Background()))
 }
+
+// FuzzOpenWithAnyIndex: whatever images.json holds, the runtime opens and
+// never panics; when the index is unreadable it is set aside and the
+// stored image comes back by ID.
+func FuzzOpenWithAnyIndex(f *testing.F) {
+	f.Add([]byte(`{"apiVersion":"runtime.pullguard.io/v1alpha1","kind":"ImageIndex","names":{},"targets":{}}`))
+	f.Add([]byte(`{"apiVersion":`))
+	f.Add([]byte{0xff, 0xfe})
+	f.Add([]byte(`{"apiVersion":"runtime.pullguard.io/v1alpha1","kind":"ImageIndex","targets":{"sha256:00":null}}`))
+	img := randomImage(f, 1)
+	id := configDigest(f, img)
+	f.Fuzz(func(t *testing.T, index []byte) {
+		dir := t.TempDir()
+		e := newEmbedded(t, dir)
+		_, err := e.Load(context.Background(), "example.com/a/b:v1", img)
+		require.NoError(t, err)
+		require.NoError(t, e.Close(context.Background()))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "images.json"), index, 0o600))
+
+		e, err = runtime.NewEmbedded(dir)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = e.Close(context.Background()) })
+		_, err = e.ListImages(context.Background(), nil)
+		require.NoError(t, err)
+		_ = status(t, e, "example.com/a/b:v1")
+		aside, err := filepath.Glob(filepath.Join(dir, "images.json.unreadable-*"))
+		require.NoError(t, err)
+		if len(aside) > 0 { // a readable index is believed, even an empty one
+			assert.NotNil(t, status(t, e, id), "the stored image is still there by ID")
+		}
+	})
+}
