@@ -29,6 +29,8 @@ type fakeRuntime struct {
 	maxSeen  int
 	started  chan string   // receives the image of each pull as it starts, if set
 	release  chan struct{} // pulls wait for a token, if set
+	// repoDigests are given to every image a pull creates.
+	repoDigests []string
 }
 
 type pullCall struct {
@@ -118,7 +120,13 @@ func (f *fakeRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec,
 	if !ok {
 		return "", fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference %q: %q: not found", name, name, name)
 	}
-	repo := name[:strings.LastIndexByte(name, ':')]
+	repo := name
+	if i := strings.LastIndexAny(name, ":@"); i > strings.LastIndexByte(name, '/') {
+		repo = name[:i]
+	}
+	if i := strings.IndexByte(repo, '@'); i >= 0 {
+		repo = repo[:i]
+	}
 	if readers := f.readers[repo]; readers != nil {
 		ok := auth != nil && f.users[auth.Username] == auth.Password && auth.Password != ""
 		allowed := false
@@ -133,7 +141,7 @@ func (f *fakeRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec,
 	if img, ok := f.images[name]; ok && img.Id == ref {
 		return ref, nil
 	}
-	f.images[name] = &runtimeapi.Image{Id: ref, RepoTags: []string{name}, Size: 4096}
+	f.images[name] = &runtimeapi.Image{Id: ref, RepoTags: []string{name}, RepoDigests: f.repoDigests, Size: 4096}
 	return ref, nil
 }
 

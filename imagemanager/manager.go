@@ -56,6 +56,7 @@ type Manager struct {
 	prevErr pullErrors              // the last pull failure by back-off key
 	slots   chan struct{}           // pull slots; nil means unlimited
 	limiter flowcontrol.RateLimiter // registry QPS; nil means unlimited
+	verify  ManifestVerifier        // checks a runtime's pull; nil means none
 
 	// options, applied in New
 	serialize          bool

@@ -10,6 +10,7 @@ import (
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
@@ -39,7 +40,13 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 	ref, used, attempted, waited, err := m.pullWithCredentials(ctx, req, image, creds)
 	pullDuration.WithLabelValues(resultLabel(err)).Observe(m.clock.Since(start).Seconds())
 	if err != nil {
-		if rerr := m.tracker.RecordImagePullFailed(image); rerr != nil {
+		if errors.Is(err, errUnverifiedPull) {
+			// The runtime may now hold the name for content the registry
+			// never served. The intent stays unresolved: the name needs
+			// verification in this process (a pull in flight) and after a
+			// restart (pulled with no known credential).
+			m.logger.Info("A pull was not verified; its intent stays unresolved so the name requires verification", "image", image)
+		} else if rerr := m.tracker.RecordImagePullFailed(image); rerr != nil {
 			m.logger.Error(rerr, "Failed to resolve a pull intent; it will ask for verification after a restart", "image", image)
 		}
 		m.backoff.Next(key, m.clock.Now())
@@ -93,16 +100,43 @@ func (m *Manager) pullWithCredentials(ctx context.Context, req Request, image st
 			break
 		}
 		attempted = true
-		ref, err := m.images.PullImage(ctx, &runtimeapi.ImageSpec{Image: image}, criAuth(c), req.SandboxConfig)
+		auth := criAuth(c)
+		ref, err := m.images.PullImage(ctx, &runtimeapi.ImageSpec{Image: image}, auth, req.SandboxConfig)
+		if err == nil {
+			if verr := m.verifyPull(ctx, image, auth); verr != nil {
+				err = fmt.Errorf("%w: %w", errUnverifiedPull, verr)
+			}
+		}
 		if err == nil {
 			return ref, c, true, waited, nil
 		}
-		errs = append(errs, err)
+		errs = append(errs, scrubbed(err, creds))
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	return "", used, attempted, waited, utilerrors.NewAggregate(errs)
+}
+
+// scrubbed returns err with every form of every credential tried removed
+// from its text: a runtime's error may quote what a registry answered,
+// and a registry may echo what it was sent. Errors that hold none keep
+// their identity (errors.Is still works on them).
+func scrubbed(err error, creds []credential.Credential) error {
+	var secrets []string
+	for _, c := range creds {
+		secrets = append(secrets, c.Auth.Password, c.Auth.IdentityToken, c.Auth.RegistryToken)
+		secrets = append(secrets, leak.BasicAuth(c.Auth.Auth)...)
+	}
+	msg := err.Error()
+	clean := leak.Redact(msg, secrets...)
+	if clean == msg {
+		return err
+	}
+	if errors.Is(err, errUnverifiedPull) {
+		return fmt.Errorf("%w: %s", errUnverifiedPull, clean)
+	}
+	return errors.New(clean)
 }
 
 // acquire takes a pull slot, or returns when ctx ends.

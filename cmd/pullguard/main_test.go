@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
 
+	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
@@ -100,7 +101,8 @@ func pullguard(t *testing.T, args ...string) cliResult {
 		require.NoError(t, err)
 	}
 	for _, pw := range passwords {
-		require.NotContains(t, stdout.String()+stderr.String(), pw, "a password was printed")
+		// In every form: plain, base64, JSON- and URL-escaped.
+		require.Empty(t, leak.Scan(map[string]string{"stdout": stdout.String(), "stderr": stderr.String()}, pw), "a password was printed")
 	}
 	return cliResult{stdout.String(), stderr.String(), code}
 }

@@ -19,6 +19,7 @@ import (
 	configv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/featuregates"
+	"github.com/pullguard/pullguard/internal/safedecode"
 )
 
 // Config is a loaded credential provider configuration: the providers of
@@ -219,8 +220,10 @@ func decodeConfig(file string, data []byte) ([]Provider, field.ErrorList, error)
 	}
 	obj, gvk, err := configCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	if err != nil {
-		// Strict decoding errors name the unknown or duplicate fields.
-		return nil, nil, &ConfigError{File: file, Err: fmt.Errorf("cannot decode: %w", err)}
+		// Described without quoting the file: apimachinery reports a
+		// missing kind with the whole file, env values included. Strict
+		// decoding errors still name the unknown or duplicate fields.
+		return nil, nil, &ConfigError{File: file, Err: fmt.Errorf("cannot decode: %s", safedecode.Describe(err))}
 	}
 	var (
 		providers []Provider

@@ -1,20 +1,28 @@
 package credentialprovider
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/pullguard/pullguard/internal/reaper"
 )
 
 // pipeDrainGrace bounds how long a run waits, once the plugin's process
 // group is gone, for its output pipes to close. Only a descendant that left
 // the group (setsid) and kept the pipes open can make it expire.
 const pipeDrainGrace = 2 * time.Second
+
+// reaperStopGrace bounds how long a run waits for a reaper told to stop
+// before it kills the reaper itself.
+const reaperStopGrace = 5 * time.Second
 
 // runSpec is one plugin execution.
 type runSpec struct {
@@ -41,11 +49,12 @@ type runFailure struct {
 	err    error
 }
 
-// run starts spec.path in its own process group, writes spec.stdin to it,
-// and collects stdout and stderr up to their limits. When ctx ends (the
-// timeout or a cancellation) or an output overflows, the whole group gets
-// SIGKILL, so the plugin's children die with it. The group is also killed
-// once the plugin exits, so no straggler outlives a run.
+// run starts spec.path under a reaper (package internal/reaper), writes
+// spec.stdin to it, and collects stdout and stderr up to their limits. When
+// ctx ends (the timeout or a cancellation) or an output overflows, the
+// reaper is told to stop. Either way the reaper kills every process left
+// below it, those that called setsid included, before it exits, so no
+// straggler outlives a run.
 func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	var res runResult
 	inR, inW, err := os.Pipe()
@@ -63,8 +72,8 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
 	}
 
-	cmd := exec.Command(spec.path, spec.args...)
-	cmd.Env = spec.env
+	cmd, env := reaper.Command(spec.path, spec.args, spec.env)
+	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -79,8 +88,22 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		killOnce sync.Once
 		overflow = make(chan string, 2)
 	)
+	reaperDone := make(chan struct{}) // closed once the reaper is reaped
 	kill := func() {
-		killOnce.Do(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+		killOnce.Do(func() {
+			// The reaper kills the plugin and everything below it, then
+			// exits; SIGKILL is for a reaper that does not.
+			reaper.Stop(pgid)
+			go func() {
+				t := time.NewTimer(reaperStopGrace)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				case <-reaperDone:
+				}
+			}()
+		})
 	}
 
 	go func() {
@@ -109,9 +132,10 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		kill()
 		waitErr = <-waited
 	}
-	// Kill whatever the plugin left behind in its group, then let the
+	// The reaper has exited, and with it every process below it (its pid
+	// may be reused from now on: nothing is signalled any more). Let the
 	// readers reach end of file.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	close(reaperDone)
 	drained := make(chan struct{})
 	go func() { readers.Wait(); close(drained) }()
 	timer := time.NewTimer(pipeDrainGrace)
@@ -143,6 +167,11 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 			return res, &runFailure{kind: KindTimeout, detail: "did not finish in time and was killed", err: context.DeadlineExceeded}
 		}
 		return res, &runFailure{kind: KindCanceled, detail: "run canceled and plugin killed", err: context.Cause(ctx)}
+	}
+	if res.exitCode == reaper.ExitStart && bytes.HasPrefix(res.stderr, []byte(reaper.StartFailure)) {
+		cause := strings.TrimSpace(strings.TrimPrefix(string(res.stderr), reaper.StartFailure))
+		res.stderr = nil
+		return res, &runFailure{kind: KindStart, detail: "cannot start", err: errors.New(cause)}
 	}
 	if waitErr != nil {
 		if res.exitCode == -1 {

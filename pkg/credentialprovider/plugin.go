@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 
+	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -187,8 +188,15 @@ func (p *plugin) exec(ctx context.Context, image, token string, annotations map[
 		stderrMax: p.m.stderrMax,
 	})
 	pluginDuration.WithLabelValues(p.cfg.Name).Observe(time.Since(start).Seconds())
+	var resp *Response
+	if rf == nil {
+		resp, err = DecodeResponse(p.cfg.APIVersion, res.stdout)
+	}
 	if len(res.stderr) > 0 {
-		logger.V(4).Info("Credential provider plugin wrote to stderr", "stderr", capString(res.stderr, stderrLogLimit))
+		// Scrubbed of every secret the plugin was given or gave, in every
+		// form, before it is cut to length (a cut could split one).
+		stderr := leak.Redact(string(res.stderr), p.secrets(token, resp)...)
+		logger.V(4).Info("Credential provider plugin wrote to stderr", "stderr", capString([]byte(stderr), stderrLogLimit))
 	}
 	if rf != nil {
 		if rf.kind == KindTimeout {
@@ -196,12 +204,28 @@ func (p *plugin) exec(ctx context.Context, image, token string, annotations map[
 		}
 		return nil, fail(rf.kind, res.exitCode, rf.detail, rf.err)
 	}
-	resp, err := DecodeResponse(p.cfg.APIVersion, res.stdout)
 	if err != nil {
 		return nil, fail(KindInvalidResponse, 0, "invalid response", err)
 	}
 	logger.V(5).Info("Credential provider plugin answered", "cacheKeyType", resp.CacheKeyType, "credentials", len(resp.Auth))
 	return resp, nil
+}
+
+// secrets are what a run's stderr must not show: the service account
+// token, the values of the provider's env, and the credentials answered.
+func (p *plugin) secrets(token string, resp *Response) []string {
+	out := []string{token}
+	for _, kv := range p.env {
+		if _, v, ok := strings.Cut(kv, "="); ok {
+			out = append(out, v)
+		}
+	}
+	if resp != nil {
+		for _, a := range resp.Auth {
+			out = append(out, a.Password)
+		}
+	}
+	return out
 }
 
 func capString(b []byte, n int) string {

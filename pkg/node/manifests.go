@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
+
+	"github.com/pullguard/pullguard/internal/safedecode"
 )
 
 // Manifests are the objects read from files: Secrets and ServiceAccounts
@@ -72,7 +74,9 @@ func (m *Manifests) add(path string, data []byte) error {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
-			return fmt.Errorf("%w: %s: document %d: %v", ErrInvalidManifest, path, doc, err)
+			// The decoder's message can quote the document: described
+			// by line or offset only.
+			return fmt.Errorf("%w: %s: document %d: %s", ErrInvalidManifest, path, doc, safedecode.Describe(err))
 		}
 		raw.Raw = bytes.TrimSpace(raw.Raw)
 		if len(raw.Raw) == 0 || bytes.Equal(raw.Raw, []byte("null")) {
@@ -85,10 +89,16 @@ func (m *Manifests) add(path string, data []byte) error {
 	}
 }
 
+// addObject decodes one object. Its errors name the file, the document
+// and the field, never the content: apimachinery reports a missing kind
+// with the whole object, a Secret's password included.
 func (m *Manifests) addObject(where string, raw []byte) error {
+	if problem := safedecode.TypeMeta(raw); problem != "" {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidManifest, where, problem)
+	}
 	obj, gvk, err := strict.Decode(raw, nil, nil)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrInvalidManifest, where, err)
+		return fmt.Errorf("%w: %s: %s", ErrInvalidManifest, where, safedecode.Describe(err))
 	}
 	switch o := obj.(type) {
 	case *corev1.List:

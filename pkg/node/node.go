@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/dirlock"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
 	"github.com/pullguard/pullguard/pkg/keyring"
@@ -23,7 +25,12 @@ import (
 const (
 	TrackerDir = "credtracker"
 	RuntimeDir = "runtime"
+	// LockFile, held by the running process, holds its process ID.
+	LockFile = "pullguard.lock"
 )
+
+// ErrRootDirInUse: another process holds the root directory.
+var ErrRootDirInUse = errors.New("the root directory is in use")
 
 // Config says how to assemble a node.
 type Config struct {
@@ -56,6 +63,7 @@ type Node struct {
 
 	providers *credentialprovider.Manager
 	driver    *Driver
+	lock      *dirlock.Lock
 }
 
 // Start checks cfg, then assembles the node. Every input is checked before
@@ -106,6 +114,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create the root directory: %w", err)
 	}
+	// One owner per root directory, before anything under it is opened.
+	lock, err := dirlock.Acquire(cfg.RootDir, LockFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrRootDirInUse, err)
+	}
+	n.lock = lock
 	if n.Runtime == nil {
 		rt, err := pgruntime.NewEmbedded(filepath.Join(cfg.RootDir, RuntimeDir), pgruntime.WithLogger(logger))
 		if err != nil {
@@ -147,6 +161,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		imagemanager.WithMaxParallelImagePulls(cfg.Settings.MaxParallelImagePulls),
 		imagemanager.WithRegistryQPS(cfg.Settings.RegistryPullQPS, cfg.Settings.RegistryBurst),
 	}
+	if cfg.RuntimeEndpoint != "" && cfg.Settings.Gates.EnsureSecretPulledImages {
+		// A real runtime may name content it holds after a registry only
+		// claimed its digest; check that the registry serves the bytes.
+		// With the gate off, pulls behave as the kubelet's do.
+		opts = append(opts, imagemanager.WithManifestVerification(verifyManifest))
+	}
 	if providerCfg != nil {
 		popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
 		if cfg.ServiceAccounts != nil {
@@ -166,6 +186,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
 	ok = true
 	return n, nil
+}
+
+func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
+	return pgruntime.VerifyManifest(ctx, image, auth, expected)
 }
 
 // Run ensures the images of every pod in m and returns the results in file
@@ -188,5 +212,6 @@ func (n *Node) Close() error {
 		defer cancel()
 		errs = append(errs, n.Runtime.Close(ctx))
 	}
+	errs = append(errs, n.lock.Release()) // last: the state is closed
 	return errors.Join(errs...)
 }

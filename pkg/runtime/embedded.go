@@ -12,6 +12,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/dirlock"
 )
 
 // Embedded is an in-process CRI image service that keeps its images under
@@ -33,14 +35,23 @@ type Embedded struct {
 
 	leaseMu sync.Mutex
 	leases  map[v1.Hash]int // blobs an in-flight pull or load relies on
+
+	lock *dirlock.Lock // dir's lock, held until Close
 }
+
+// lockFile in the state directory is held while an Embedded owns it.
+const lockFile = "lock"
 
 var _ criapi.ImageManagerService = (*Embedded)(nil)
 
 // NewEmbedded opens (or creates) the image store in dir. Images written by
-// an earlier Embedded over the same dir are present again. A target whose
-// blobs are missing (removed by hand) is dropped with a log line, and blobs
-// no image needs (left by a crash mid-pull) are removed.
+// an earlier Embedded over the same dir are present again. Only one
+// Embedded, in any process, may own dir: a second fails at once with
+// ErrStateInUse, naming the holder's process ID, before it touches dir. An
+// unreadable image index is renamed aside and the index is rebuilt from
+// the content store. A target whose blobs are missing (removed by hand) is
+// dropped with a log line, and blobs no image needs (left by a crash
+// mid-pull) are removed.
 func NewEmbedded(dir string, opts ...Option) (*Embedded, error) {
 	if dir == "" {
 		return nil, errors.New("embedded image service needs a state directory")
@@ -52,13 +63,34 @@ func NewEmbedded(dir string, opts ...Option) (*Embedded, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create image state directory: %w", err)
 	}
+	// One owner at a time, before anything in dir is read or cleaned.
+	lock, err := dirlock.Acquire(dir, lockFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStateInUse, err)
+	}
+	e, err := open(dir, o)
+	if err != nil {
+		_ = lock.Release()
+		return nil, err
+	}
+	e.lock = lock
+	return e, nil
+}
+
+func open(dir string, o options) (*Embedded, error) {
 	content, err := openContentStore(filepath.Join(dir, "content"))
 	if err != nil {
 		return nil, err
 	}
 	idx, err := loadImageIndex(dir)
 	if err != nil {
-		return nil, fmt.Errorf("image state in %s: %w", dir, err)
+		// An unreadable index is set aside, never lost, and the index is
+		// rebuilt from the content store: the images come back without
+		// names, so every name is pulled (and verified) again.
+		idx, err = recoverIndex(dir, content, err, o.logger)
+		if err != nil {
+			return nil, fmt.Errorf("image state in %s: %w", dir, err)
+		}
 	}
 	e := &Embedded{dir: dir, content: content, opts: o, leases: map[v1.Hash]int{}}
 	e.idx.Store(idx)
@@ -107,8 +139,8 @@ func (e *Embedded) update(fn func(idx *imageIndex) bool) error {
 		}
 		used[top] = true
 	}
-	for top := range next.Targets {
-		if !used[top] {
+	for top, t := range next.Targets {
+		if !used[top] && !t.Recovered {
 			delete(next.Targets, top)
 		}
 	}
@@ -275,6 +307,6 @@ func (e *Embedded) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse
 	}, nil
 }
 
-// Close releases nothing: every write is already durable. It exists to
-// satisfy ImageManagerService.
-func (e *Embedded) Close(context.Context) error { return nil }
+// Close releases the state directory for another Embedded; every write is
+// already durable. The service must not be used afterwards.
+func (e *Embedded) Close(context.Context) error { return e.lock.Release() }

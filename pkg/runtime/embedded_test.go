@@ -168,7 +168,8 @@ func TestRemoveImage(t *testing.T) {
 			}
 			assert.NotNil(t, status(t, e, reg.ref("public/tool:v1")), "other images stay")
 			assert.Equal(t, tool.Size, usedBytes(t, e), "only the remaining image's blobs are left")
-			assert.Nil(t, status(t, newEmbedded(t, dir), app.Id), "the removal is durable")
+			e = reopen(t, e, dir)
+			assert.Nil(t, status(t, e, app.Id), "the removal is durable")
 
 			require.NoError(t, e.RemoveImage(context.Background(), spec(app.Id)), "removing an absent image is not an error")
 		})
@@ -238,12 +239,6 @@ func TestLoadPreloadsWithoutTheRegistry(t *testing.T) {
 }
 
 func TestNewEmbeddedState(t *testing.T) {
-	t.Run("corrupt index is refused", func(t *testing.T) {
-		dir := t.TempDir()
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "images.json"), []byte(`{"apiVersion":`), 0o600))
-		_, err := runtime.NewEmbedded(dir)
-		assert.ErrorContains(t, err, "image index")
-	})
 	t.Run("image with a missing blob is dropped", func(t *testing.T) {
 		dir := t.TempDir()
 		e := newEmbedded(t, dir)
@@ -256,7 +251,7 @@ func TestNewEmbeddedState(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, os.Remove(filepath.Join(dir, "content", "blobs", "sha256", d.Hex)))
 
-		reopened := newEmbedded(t, dir)
+		reopened := reopen(t, e, dir)
 		assert.Nil(t, status(t, reopened, "example.com/a/b:v1"))
 		assert.Zero(t, usedBytes(t, reopened), "the orphaned blobs are collected")
 	})

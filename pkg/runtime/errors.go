@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/leak"
 )
 
 // Category errors. Callers branch on them with errors.Is; the errors this
@@ -29,6 +31,9 @@ var (
 	ErrNoMatchingPlatform = errors.New("no matching manifest for platform")
 	// ErrDigestMismatch: content did not hash to the digest it was asked for.
 	ErrDigestMismatch = errors.New("digest mismatch")
+	// ErrStateInUse: another Embedded (in this or another process) owns
+	// the state directory.
+	ErrStateInUse = errors.New("image state directory in use")
 	// ErrInvalidEndpoint: a CRI endpoint is malformed or not a unix socket.
 	ErrInvalidEndpoint = errors.New("invalid image service endpoint")
 )
@@ -65,8 +70,8 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	}
 	var te *transport.Error
 	if !errors.As(err, &te) {
-		if isContextErr(err) {
-			return err
+		if isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest) {
+			return err // context errors and this package's own errors carry no secret
 		}
 		return &registryError{msg: redact(err.Error(), auth)}
 	}
@@ -85,17 +90,14 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	return re
 }
 
-// redact removes every non-empty credential field of auth from msg.
+// redact removes every credential field of auth from msg, in every form
+// it can take there (plain, base64 alone or inside "user:password", JSON-
+// and URL-escaped; see package leak).
 func redact(msg string, auth *runtimeapi.AuthConfig) string {
 	if auth == nil {
 		return msg
 	}
-	for _, secret := range []string{auth.Password, auth.Auth, auth.IdentityToken, auth.RegistryToken} {
-		if len(secret) >= 4 {
-			msg = strings.ReplaceAll(msg, secret, "<redacted>")
-		}
-	}
-	return msg
+	return leak.Redact(msg, append(leak.BasicAuth(auth.Auth), auth.Password, auth.IdentityToken, auth.RegistryToken)...)
 }
 
 func isContextErr(err error) bool {

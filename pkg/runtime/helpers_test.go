@@ -274,6 +274,13 @@ func newEmbedded(t testing.TB, dir string, opts ...runtime.Option) *runtime.Embe
 	return e
 }
 
+// reopen closes e, as a process exiting does, and opens dir again.
+func reopen(t testing.TB, e *runtime.Embedded, dir string, opts ...runtime.Option) *runtime.Embedded {
+	t.Helper()
+	require.NoError(t, e.Close(context.Background()))
+	return newEmbedded(t, dir, opts...)
+}
+
 // randomImage returns a small random image with n layers.
 func randomImage(t testing.TB, layers int64) v1.Image {
 	t.Helper()

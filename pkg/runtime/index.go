@@ -30,6 +30,9 @@ type target struct {
 	Layers    []v1.Hash `json:"layers"`
 	Size      uint64    `json:"size"`
 	User      string    `json:"user,omitempty"`
+	// Recovered marks a target rebuilt from the content store after the
+	// index was lost: it has no names and is kept without them.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // blobs lists every blob the target needs, top-level digest first.
@@ -186,6 +189,11 @@ func (idx *imageIndex) build() {
 			img.repoDigests = append(img.repoDigests, n)
 		} else {
 			img.repoTags = append(img.repoTags, n)
+		}
+	}
+	for _, t := range idx.Targets {
+		if _, ok := byID[t.Config]; !ok && t.Recovered {
+			byID[t.Config] = &image{id: t.Config, user: t.User, size: t.Size}
 		}
 	}
 	list := make([]*image, 0, len(byID))

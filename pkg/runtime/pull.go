@@ -4,28 +4,27 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // PullImage pulls spec.Image with auth and returns the image ID (the config
-// digest). The registry is always asked first: the reference is resolved
-// with a HEAD of its manifest, authenticated with auth, so a refused
-// credential fails the pull even when the image is present. When the
-// resolved manifest is already stored, that one request is all: the name is
-// recorded and no blob is fetched. Otherwise the missing manifests, config
-// and layers are fetched and verified. Loopback registries are reached over
-// plain HTTP. The sandbox config is not used.
+// digest). The registry is always asked first: the manifest the reference
+// names is fetched with a GET, authenticated with auth, so a refused
+// credential fails the pull even when the image is present. The digest of a
+// pull is the SHA-256 of the bytes the registry served, never a digest the
+// registry claims in a header: a registry that only claims the digest of a
+// manifest stored here proves nothing and gets nothing. When that manifest
+// is already stored, the GET is all: the name is recorded and no blob is
+// fetched. Otherwise the missing manifests, config and layers are fetched
+// and verified. Loopback registries are reached over plain HTTP. The
+// sandbox config is not used.
 func (e *Embedded) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
 	if spec == nil || spec.Image == "" {
 		return "", fmt.Errorf("%w: no image given", ErrInvalidReference)
@@ -77,34 +76,10 @@ func (e *Embedded) pull(ctx context.Context, ref name.Reference, auth *runtimeap
 	return id, true, err
 }
 
-// resolve asks the registry what ref names: a HEAD of the manifest, or a
-// GET when the registry does not answer HEAD properly (then raw holds the
-// manifest).
+// resolve fetches the manifest ref names and describes it by the digest of
+// the bytes served (see servedManifest).
 func resolve(ctx context.Context, p *remote.Puller, ref name.Reference) (v1.Descriptor, []byte, error) {
-	desc, err := p.Head(ctx, ref)
-	if err == nil {
-		return *desc, nil, nil
-	}
-	if !headUnsupported(err) {
-		return v1.Descriptor{}, nil, err
-	}
-	rd, err := p.Get(ctx, ref)
-	if err != nil {
-		return v1.Descriptor{}, nil, err
-	}
-	return rd.Descriptor, rd.Manifest, nil
-}
-
-// headUnsupported says whether a failed HEAD is worth a GET: the registry
-// refused the method, or answered without the headers a HEAD must carry.
-// Refusals (401, 403, 404) and network or context errors are final.
-func headUnsupported(err error) bool {
-	var te *transport.Error
-	if errors.As(err, &te) {
-		return te.StatusCode == http.StatusMethodNotAllowed || te.StatusCode == http.StatusNotImplemented
-	}
-	var ue *url.Error
-	return !errors.As(err, &ue) && !isContextErr(err)
+	return servedManifest(ctx, p, ref)
 }
 
 // fetch stores the manifest (or index and the platform's manifest), config
@@ -125,8 +100,14 @@ func (e *Embedded) fetch(ctx context.Context, p *remote.Puller, l *lease, repo n
 			return nil, err
 		}
 		l.add(child.Digest)
+		stored := e.content.has(child.Digest)
 		if manifestRaw, err = e.fetchManifest(ctx, p, repo, child.Digest, nil, auth); err != nil {
 			return nil, err
+		}
+		if stored {
+			if err := e.proveManifest(ctx, p, repo, child.Digest, auth); err != nil {
+				return nil, err
+			}
 		}
 		manifest = child.Digest
 		if mt := mediaTypeOf(child.MediaType, manifestRaw); !mt.IsImage() {
@@ -146,7 +127,7 @@ func (e *Embedded) fetch(ctx context.Context, p *remote.Puller, l *lease, repo n
 		}
 		return rc, nil
 	}
-	return e.storeImage(ctx, l, top, topType, int64(len(topRaw)), manifest, manifestRaw, src)
+	return e.storeImage(ctx, l, top, topType, int64(len(topRaw)), manifest, manifestRaw, src, e.newProver(repo, auth, src))
 }
 
 // fetchManifest returns manifest d from the content store, or stores raw
@@ -170,6 +151,16 @@ func (e *Embedded) fetchManifest(ctx context.Context, p *remote.Puller, repo nam
 		return nil, err
 	}
 	return raw, nil
+}
+
+// proveManifest makes the registry serve manifest d of a new index when
+// d was already stored (fetchManifest did not ask for it): an index of the
+// registry's own could name another tenant's manifest by its digest.
+func (e *Embedded) proveManifest(ctx context.Context, p *remote.Puller, repo name.Repository, d v1.Hash, auth *runtimeapi.AuthConfig) error {
+	if _, _, err := servedManifest(ctx, p, repo.Digest(d.String())); err != nil {
+		return fmt.Errorf("failed to fetch manifest %s: %w", d, registryFailure(err, auth))
+	}
+	return nil
 }
 
 // mediaTypeOf is the media type the registry announced when it is a

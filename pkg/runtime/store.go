@@ -18,9 +18,10 @@ type blobSource func(ctx context.Context, desc v1.Descriptor) (io.ReadCloser, er
 
 // storeImage makes sure the config and layers of an image manifest (already
 // stored) are in the content store, fetching the missing ones from src, and
-// returns the target to record under top. The caller holds l.
+// returns the target to record under top. With pr, the registry must prove
+// it holds the ones already stored. The caller holds l.
 func (e *Embedded) storeImage(ctx context.Context, l *lease, top v1.Hash, topType types.MediaType, topSize int64,
-	manifest v1.Hash, manifestRaw []byte, src blobSource) (*target, error) {
+	manifest v1.Hash, manifestRaw []byte, src blobSource, pr *prover) (*target, error) {
 	m, err := v1.ParseManifest(bytes.NewReader(manifestRaw))
 	if err != nil {
 		return nil, fmt.Errorf("%w: manifest %s: %v", ErrUnsupportedManifest, manifest, err)
@@ -37,8 +38,11 @@ func (e *Embedded) storeImage(ctx context.Context, l *lease, top v1.Hash, topTyp
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(e.opts.downloads)
-	for _, b := range blobs {
+	for i, b := range blobs {
 		if e.content.has(b.Digest) {
+			if pr != nil {
+				g.Go(func() error { return pr.prove(gctx, b, i == 0) })
+			}
 			continue
 		}
 		g.Go(func() error {
@@ -187,7 +191,7 @@ func (e *Embedded) load(ctx context.Context, r name.Reference, img v1.Image) (v1
 		}
 		return layer.Compressed()
 	}
-	t, err := e.storeImage(ctx, l, top, mt, int64(len(raw)), top, raw, src)
+	t, err := e.storeImage(ctx, l, top, mt, int64(len(raw)), top, raw, src, nil)
 	if err != nil {
 		return v1.Hash{}, err
 	}

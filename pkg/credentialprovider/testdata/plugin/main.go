@@ -14,6 +14,14 @@
 //	-mode token-as-password  answer with the pod's service account token itself
 //	                 as the password (which the kubelet refuses)
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
+//	-mode tattle     like good, after writing to stderr the token, the value of
+//	                 TESTPLUGIN_SECRET and the password it answers, plain,
+//	                 base64 (alone and in user:password), JSON- and URL-escaped
+//
+// -leave setsid starts, before the mode's behaviour, a grandchild in a new
+// session (out of the plugin's process group) that sleeps forever; -leave
+// daemon double-forks one (an intermediate in a new session starts it in
+// another new session and exits). Its pid goes to -leave-pidfile.
 //
 // The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
 // username. -record FILE appends one line per run ("<image> token=<yes|no>"), so the
@@ -23,14 +31,17 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -65,10 +76,16 @@ func main() {
 	kind := flag.String("kind", "CredentialProviderResponse", "kind of the response")
 	delay := flag.Duration("delay", 0, "delay before answering")
 	pidfile := flag.String("pidfile", "", "where -mode hang writes its grandchild's pid")
+	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
+	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
 	flag.Parse()
 
-	if *mode == "grandchild" {
+	switch *mode {
+	case "grandchild":
 		sleepForever()
+	case "daemonize":
+		startInNewSession(*leavePidfile)
+		return
 	}
 
 	data, err := io.ReadAll(os.Stdin)
@@ -78,6 +95,20 @@ func main() {
 	var req request
 	if err := json.Unmarshal(data, &req); err != nil {
 		fail("decode request: %v", err)
+	}
+	switch *leave {
+	case "setsid":
+		startInNewSession(*leavePidfile)
+	case "daemon":
+		self, err := os.Executable()
+		if err != nil {
+			fail("executable: %v", err)
+		}
+		mid := exec.Command(self, "-mode", "daemonize", "-leave-pidfile", *leavePidfile)
+		mid.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := mid.Run(); err != nil {
+			fail("daemonize: %v", err)
+		}
 	}
 	runs := 0
 	if *record != "" {
@@ -96,9 +127,7 @@ func main() {
 			fail("start grandchild: %v", err)
 		}
 		if *pidfile != "" {
-			if err := os.WriteFile(*pidfile, []byte(fmt.Sprint(child.Process.Pid)), 0o600); err != nil {
-				fail("pidfile: %v", err)
-			}
+			writePid(*pidfile, child.Process.Pid)
 		}
 		sleepForever()
 	case "crash":
@@ -126,6 +155,12 @@ func main() {
 		}
 	case "slow":
 		time.Sleep(*delay)
+	case "tattle":
+		for _, v := range []string{req.ServiceAccountToken, os.Getenv("TESTPLUGIN_SECRET"), "pass:" + req.Image} {
+			j, _ := json.Marshal(v)
+			fmt.Fprintf(os.Stderr, "debug: %s b64=%s basic=%s json=%s url=%s\n", v, base64.StdEncoding.EncodeToString([]byte(v)),
+				base64.StdEncoding.EncodeToString([]byte("user:"+v)), j, url.QueryEscape(v))
+		}
 	}
 
 	resp := response{
@@ -160,6 +195,31 @@ func main() {
 	}
 	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
 		fail("encode: %v", err)
+	}
+}
+
+// startInNewSession starts a grandchild in a new session, with no pipe of
+// the plugin's, and writes its pid to pidfile.
+func startInNewSession(pidfile string) {
+	self, err := os.Executable()
+	if err != nil {
+		fail("executable: %v", err)
+	}
+	child := exec.Command(self, "-mode", "grandchild")
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		fail("start grandchild: %v", err)
+	}
+	writePid(pidfile, child.Process.Pid)
+}
+
+// writePid writes pid to path atomically, so a reader never sees it empty.
+func writePid(path string, pid int) {
+	if err := os.WriteFile(path+".tmp", []byte(fmt.Sprint(pid)), 0o600); err != nil {
+		fail("pidfile: %v", err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		fail("pidfile: %v", err)
 	}
 }
 

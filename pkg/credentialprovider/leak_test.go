@@ -1,0 +1,80 @@
+package credentialprovider_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/internal/leak"
+	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
+)
+
+const envSecret = "env-secret-Zq9/+&\"x"
+
+// TestConfigDecodeErrorsNeverQuoteEnv: a CredentialProviderConfig whose
+// env holds a secret, wrong in each way the decoder reports, gives an
+// error that names the file and never holds the secret in any form.
+func TestConfigDecodeErrorsNeverQuoteEnv(t *testing.T) {
+	provider := "providers:\n- name: p\n  matchImages: [r.example]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n  env:\n  - {name: TOKEN, value: '" + strings.ReplaceAll(envSecret, "'", "''") + "'}\n"
+	tests := []struct {
+		name, content, want string
+	}{
+		{name: "no kind", content: "apiVersion: kubelet.config.k8s.io/v1\n" + provider, want: "kind is missing"},
+		{name: "no apiVersion", content: "kind: CredentialProviderConfig\n" + provider, want: "apiVersion is missing"},
+		{name: "unknown field", content: "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nsecrt: x\n" + provider, want: "secrt"},
+		{name: "wrong type", content: "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n" + strings.Replace(provider, "defaultCacheDuration: 1m", "defaultCacheDuration: 1m\n  args: 5", 1), want: "cannot decode"},
+		{name: "broken YAML", content: "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\n" + provider + "  : [", want: "cannot decode"},
+		{name: "unregistered version", content: "apiVersion: kubelet.config.k8s.io/v7\nkind: CredentialProviderConfig\n" + provider, want: "cannot decode"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "providers.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tt.content), 0o600))
+			_, err := cp.LoadConfig(path)
+			require.ErrorIs(t, err, cp.ErrInvalidConfig)
+			for _, f := range leak.Scan(map[string]string{"error": err.Error()}, envSecret) {
+				assert.Fail(t, "the error holds the env secret", "as %q: %s", f.Form, err)
+			}
+			assert.Contains(t, err.Error(), "providers.yaml")
+			assert.Contains(t, err.Error(), tt.want)
+			t.Log(err)
+		})
+	}
+}
+
+// TestPluginStderrIsScrubbed: a plugin that writes its env secret and the
+// password it answers to stderr, in every encoding, leaves none of them
+// in the log at the highest verbosity.
+func TestPluginStderrIsScrubbed(t *testing.T) {
+	var mu sync.Mutex
+	var logs strings.Builder
+	logger := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logs.WriteString(prefix + " " + args + "\n")
+	}, funcr.Options{Verbosity: 10})
+	e := newEnv(t)
+	p := e.provider("p", []string{"registry.example"}, time.Minute, "-mode", "tattle")
+	p.Env = []cp.EnvVar{{Name: "TESTPLUGIN_SECRET", Value: envSecret}}
+	m := e.manager(t, []cp.Provider{p}, cp.WithLogger(logger))
+
+	got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	answered := got[0].Auth.Password
+	mu.Lock()
+	text := logs.String()
+	mu.Unlock()
+	require.Contains(t, text, "debug:", "the plugin's stderr was logged")
+	for _, f := range leak.Scan(map[string]string{"log": text}, envSecret, answered) {
+		assert.Fail(t, "the log holds a secret", "as %q", f.Form)
+	}
+}
