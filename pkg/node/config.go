@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -50,7 +49,7 @@ var kubeletCodecs = serializer.NewCodecFactory(kubeletScheme, serializer.EnableS
 // KubeletConfiguration (YAML or JSON), strictly: unknown or duplicated
 // fields are errors.
 func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFileLimited(path, 0)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
 	}
