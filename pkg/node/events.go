@@ -3,38 +3,71 @@ package node
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 )
+
+// EventSourceComponent is the source component of the events pullguard
+// records, where a kubelet would say "kubelet".
+const EventSourceComponent = "pullguard"
 
 // Event is one event as recorded on an object.
 type Event struct {
-	Object  string `json:"object"` // namespace/name
-	Type    string `json:"type"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
+	Object string `json:"object"` // namespace/name
+	// FieldPath is the involved object's field, as the kubelet sets it for
+	// a container ("spec.containers{app}", "spec.initContainers{init}"),
+	// or "" for an event on the whole pod.
+	FieldPath string    `json:"fieldPath,omitempty"`
+	Type      string    `json:"type"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+	Time      time.Time `json:"time"`
+	Source    Source    `json:"source"`
+}
+
+// Source is the component that recorded an event, and on which host.
+type Source struct {
+	Component string `json:"component"`
+	Host      string `json:"host,omitempty"`
 }
 
 // EventLog is a record.EventRecorder that keeps every event, in order, for
 // the command line to print: a node without an API server to send them to.
 // A kubelet embedding pullguard passes its own recorder instead.
 type EventLog struct {
-	mu     sync.Mutex
-	events []Event
+	// Clock stamps events; nil means the real clock.
+	Clock clock.PassiveClock
+	// Host is the source host; "" leaves it out.
+	Host string
+
+	mu      sync.Mutex
+	events  []Event
+	current map[types.UID]string // pod uid -> field path of the container being ensured
 }
 
 var _ record.EventRecorderLogger = (*EventLog)(nil)
 
 // Event implements record.EventRecorder.
 func (l *EventLog) Event(obj runtime.Object, eventType, reason, message string) {
-	ev := Event{Type: eventType, Reason: reason, Message: message}
+	ev := Event{Type: eventType, Reason: reason, Message: message, Source: Source{Component: EventSourceComponent, Host: l.Host}}
+	var uid types.UID
 	if m, err := meta.Accessor(obj); err == nil {
 		ev.Object = m.GetNamespace() + "/" + m.GetName()
+		uid = m.GetUID()
+	}
+	if l.Clock != nil {
+		ev.Time = l.Clock.Now()
+	} else {
+		ev.Time = time.Now()
 	}
 	l.mu.Lock()
+	ev.FieldPath = l.current[uid]
 	l.events = append(l.events, ev)
 	l.mu.Unlock()
 }
@@ -57,4 +90,26 @@ func (l *EventLog) Events() []Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Event(nil), l.events...)
+}
+
+// inContainer attributes the pod's events to fieldPath until the returned
+// function is called. The containers of one pod are ensured one at a
+// time, so the attribution is exact.
+func (l *EventLog) inContainer(pod types.UID, fieldPath string) func() {
+	l.mu.Lock()
+	if l.current == nil {
+		l.current = map[types.UID]string{}
+	}
+	l.current[pod] = fieldPath
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.current, pod)
+		l.mu.Unlock()
+	}
+}
+
+// containerScoper is a recorder that can attribute events to containers.
+type containerScoper interface {
+	inContainer(pod types.UID, fieldPath string) func()
 }
