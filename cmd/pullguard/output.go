@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -142,7 +141,7 @@ func writeRun(w io.Writer, format string, doc runOutput) error {
 		}
 		for _, ev := range doc.Events {
 			if wide {
-				e.add(ev.Time.UTC().Format(time.RFC3339Nano), ev.Object, orDash(ev.FieldPath), ev.Type, ev.Reason, ev.Source.Component, ev.Message)
+				e.add(ev.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"), ev.Object, orDash(ev.FieldPath), ev.Type, ev.Reason, ev.Source.Component, ev.Message)
 			} else {
 				e.add(ev.Object, ev.Type, ev.Reason, ev.Message)
 			}

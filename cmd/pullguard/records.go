@@ -226,7 +226,7 @@ func writeRecords(w io.Writer, format string, doc recordsDoc) error {
 				t.add(ref, "(any other name)", "must verify: "+r.UnknownOrigin, r.Updated.Format(time.RFC3339))
 			}
 			for _, repo := range r.Repositories {
-				t.add(ref, repo.Name, access(repo), repo.Updated.Format(time.RFC3339))
+				t.add(ref, repo.Name, access(repo, wide), repo.Updated.Format(time.RFC3339))
 			}
 		}
 		if err := t.write(w, width); err != nil {
@@ -262,16 +262,24 @@ func writeRecords(w io.Writer, format string, doc recordsDoc) error {
 	return nil
 }
 
-func access(r repositoryJSON) string {
+func access(r repositoryJSON, wide bool) string {
 	if r.NodeAccessible {
 		return "node-accessible"
 	}
 	var parts []string
 	for _, s := range r.Secrets {
-		parts = append(parts, fmt.Sprintf("secret %s/%s (uid %s, hash %s)", s.Namespace, s.Name, s.UID, s.Hash))
+		if wide {
+			parts = append(parts, fmt.Sprintf("secret %s/%s (uid %s, hash %s)", s.Namespace, s.Name, s.UID, s.Hash))
+		} else {
+			parts = append(parts, fmt.Sprintf("secret %s/%s (hash %s)", s.Namespace, s.Name, s.Hash))
+		}
 	}
 	for _, sa := range r.ServiceAccounts {
-		parts = append(parts, fmt.Sprintf("serviceaccount %s/%s (uid %s)", sa.Namespace, sa.Name, sa.UID))
+		if wide {
+			parts = append(parts, fmt.Sprintf("serviceaccount %s/%s (uid %s)", sa.Namespace, sa.Name, sa.UID))
+		} else {
+			parts = append(parts, fmt.Sprintf("serviceaccount %s/%s", sa.Namespace, sa.Name))
+		}
 	}
 	if len(parts) == 0 {
 		return "must verify: no known credential"
