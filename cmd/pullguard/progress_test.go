@@ -78,7 +78,7 @@ func TestProgressReportsEveryFewSeconds(t *testing.T) {
 	require.Len(t, lines, 3, "one line every 3 seconds, not once")
 	for i, l := range lines {
 		assert.Contains(t, l, "team-a/app")
-		assert.Contains(t, l, (time.Duration(i+1) * 3 * time.Second).String()+" elapsed")
+		assert.Contains(t, l, (time.Duration(i+1)*3*time.Second).String()+" elapsed")
 		assert.NotContains(t, l, "\x1b", "names are escaped")
 	}
 	clk.Step(10 * time.Second)
