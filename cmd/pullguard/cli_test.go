@@ -381,7 +381,11 @@ repositories:
 			break
 		}
 	}
-	require.NotEmpty(t, host, stderr.String())
+	if host == "" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the registry never served: %s", stderr.String())
+	}
 
 	manifest := `apiVersion: v1
 kind: Secret
