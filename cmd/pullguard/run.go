@@ -164,6 +164,7 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 	cancel()
 	select {
 	case caught = <-caughtCh:
+	case caught = <-sigs: // arrived as the run ended
 	default:
 	}
 	// Close resolves nothing more: every intent in flight was resolved by
