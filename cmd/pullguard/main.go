@@ -70,6 +70,10 @@ ErrImageNeverPull.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	logsapi.AddFlags(logging, root.PersistentFlags())
+	// Alpha options that need a feature gate pullguard does not have.
+	for _, name := range []string{"log-json-info-buffer-size", "log-json-split-stream", "log-text-info-buffer-size", "log-text-split-stream"} {
+		_ = root.PersistentFlags().MarkHidden(name)
+	}
 	verflag.AddFlags(root.PersistentFlags())
 	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand())
 	return root
