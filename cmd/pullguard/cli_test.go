@@ -417,4 +417,5 @@ stringData: {.dockerconfigjson: '{"auths":{"` + host + `":{"username":"alice","p
 	res = pullguard(t, "registry", "--access", bad)
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, "bad.yaml")
+	assert.Contains(t, res.stderr, `unknown field "pasword"`)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -131,4 +133,17 @@ func TestTableFitsWidth(t *testing.T) {
 	b.Reset()
 	require.NoError(t, tb.write(&b, 0))
 	assert.Contains(t, b.String(), "registry.example.com:5000/team-a/some/deep/repository:v1.2.3", "wide cuts nothing")
+}
+
+func FuzzLoadAccess(f *testing.F) {
+	f.Add("users:\n- {name: alice, password: fuzz-pw-123456}\nrepositories:\n- {name: team-a/*, readers: [alice]}\n")
+	f.Add("users: [{name: alice, pasword: fuzz-pw-123456}]\n")
+	f.Fuzz(func(t *testing.T, data string) {
+		path := filepath.Join(t.TempDir(), "access.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
+		_, err := loadAccess(path)
+		if err != nil && strings.Contains(data, "fuzz-pw-123456") {
+			assert.NotContains(t, err.Error(), "fuzz-pw-123456", "an access file error quoted a password")
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -51,7 +52,7 @@ func loadAccess(path string) (registry.Config, error) {
 	}
 	var f accessFile
 	if err := yaml.UnmarshalStrict(data, &f); err != nil {
-		return registry.Config{}, fmt.Errorf("invalid access file %s: %s", path, redactYAMLError(err, data))
+		return registry.Config{}, fmt.Errorf("invalid access file %s: %s", path, redactYAMLError(err))
 	}
 	var cfg registry.Config
 	for _, u := range f.Users {
@@ -66,19 +67,24 @@ func loadAccess(path string) (registry.Config, error) {
 	return cfg, nil
 }
 
-// redactYAMLError keeps a decode error's position and kind but drops any
-// text that could quote the file (a password).
-func redactYAMLError(err error, data []byte) string {
+var (
+	yamlLine     = regexp.MustCompile(`line (\d+)`)
+	unknownField = regexp.MustCompile(`unknown field "([A-Za-z]{1,32})"`)
+)
+
+// redactYAMLError says what is wrong with an access file without quoting
+// it: YAML errors can quote the file's text (an anchor, a value), and the
+// file holds passwords. It keeps the line number and the name of an
+// unknown field when the name is a plain word.
+func redactYAMLError(err error) string {
 	msg := err.Error()
-	for _, line := range strings.Split(string(data), "\n") {
-		line = strings.TrimSpace(line)
-		if i := strings.IndexByte(line, ':'); i >= 0 {
-			if v := strings.Trim(strings.TrimSpace(line[i+1:]), `"'`); len(v) >= 3 && strings.Contains(msg, v) {
-				msg = strings.ReplaceAll(msg, v, "[redacted]")
-			}
-		}
+	if m := unknownField.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("unknown field %q (known: users, repositories; name, password, passwordHash; public, allUsers, readers, writers)", m[1])
 	}
-	return msg
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		return "not valid YAML at line " + m[1]
+	}
+	return "not valid YAML, or a field of the wrong type"
 }
 
 func newRegistryCommand() *cobra.Command {
