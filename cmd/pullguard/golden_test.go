@@ -23,12 +23,16 @@ var (
 	reHash     = regexp.MustCompile(`hash [0-9a-f]{12}`)
 	reTime     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	rePulledIn = regexp.MustCompile(`(Successfully pulled image \S+) in [^"\n]*`)
+	// A registry address cut in the middle by a fitted table keeps the
+	// first digit of its port.
+	reCutHost = regexp.MustCompile(`127\.0\.0\.1:\d*…`)
 )
 
 // normalize replaces what differs between runs: the registry's address,
 // digests, times, durations and the host name.
 func normalize(s, regHost string) string {
 	s = strings.ReplaceAll(s, regHost, "REGISTRY:PORT")
+	s = reCutHost.ReplaceAllString(s, "127.0.0.1:P…")
 	if h, err := os.Hostname(); err == nil && h != "" {
 		s = strings.ReplaceAll(s, `"`+h+`"`, `"HOST"`)
 		s = strings.ReplaceAll(s, "host: "+h, "host: HOST")

@@ -104,7 +104,7 @@ func writeRun(w io.Writer, format string, doc runOutput) error {
 	if wide {
 		width = 0
 	}
-	t := &table{cols: []column{{header: "POD", min: 12}, {header: "CONTAINER", min: 9}, {header: "IMAGE", min: 16}, {header: "RESULT", min: 8}, {header: "WHY", min: 20, cutEnd: true}}}
+	t := &table{cols: []column{{header: "POD", min: 12}, {header: "CONTAINER", min: 9}, {header: "IMAGE", min: 24, first: true}, {header: "RESULT", min: 8}, {header: "WHY", min: 20, cutEnd: true}}}
 	if wide {
 		t.cols = []column{{header: "POD"}, {header: "CONTAINER"}, {header: "INIT"}, {header: "IMAGE"}, {header: "POLICY"}, {header: "RESULT"}, {header: "REGISTRY"}, {header: "WHY"}, {header: "IMAGE REF"}}
 	}

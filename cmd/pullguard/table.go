@@ -72,6 +72,8 @@ type column struct {
 	cutEnd bool
 	// min is the narrowest the column is cut to.
 	min int
+	// first: the column is cut (down to min) before any other.
+	first bool
 }
 
 // table is rows of cells printed in aligned columns, two spaces apart.
@@ -108,17 +110,25 @@ func (t *table) write(w io.Writer, width int) error {
 			}
 			return n
 		}
-		for total() > width {
-			widest := -1
+		widest := func(firstOnly bool) int {
+			w := -1
 			for i, v := range widths {
-				if v > max(t.cols[i].min, utf8.RuneCountInString(t.cols[i].header)) && (widest < 0 || v > widths[widest]) {
-					widest = i
+				c := t.cols[i]
+				if (!firstOnly || c.first) && v > max(c.min, utf8.RuneCountInString(c.header)) && (w < 0 || v > widths[w]) {
+					w = i
 				}
 			}
-			if widest < 0 {
+			return w
+		}
+		for total() > width {
+			i := widest(true)
+			if i < 0 {
+				i = widest(false)
+			}
+			if i < 0 {
 				break // every column at its minimum
 			}
-			widths[widest]--
+			widths[i]--
 		}
 	}
 	var b strings.Builder
