@@ -9,6 +9,9 @@ import (
 const (
 	metricsNamespace = "pullguard"
 	metricsSubsystem = "credtracker"
+	// kubeletImageManagerSubsystem is the kubelet's subsystem for the
+	// same measures ("kubelet_imagemanager_...").
+	kubeletImageManagerSubsystem = "kubelet_imagemanager"
 )
 
 var (
@@ -20,7 +23,7 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"action", "reason"})
 
-	recordsGauge = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	recordsGaugeVec = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "records",
@@ -28,7 +31,7 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"location"})
 
-	intentsGauge = metrics.NewGauge(&metrics.GaugeOpts{
+	intentsOwnGauge = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "pull_intents",
@@ -59,6 +62,26 @@ var (
 		Help:           "Failed writes to the record store, by operation.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"operation"})
+
+	// The kubelet's names for the same gauges (pkg/kubelet/images/pullmanager),
+	// so that dashboards made for the kubelet work unchanged.
+	kubeletOnDiskRecords = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      kubeletImageManagerSubsystem,
+		Name:           "ondisk_pulledrecords",
+		Help:           "Number of ImagePulledRecords stored on disk (the kubelet's name for pullguard_credtracker_records{location=\"disk\"}).",
+		StabilityLevel: metrics.ALPHA,
+	})
+	kubeletOnDiskIntents = metrics.NewGauge(&metrics.GaugeOpts{
+		Subsystem:      kubeletImageManagerSubsystem,
+		Name:           "ondisk_pullintents",
+		Help:           "Number of ImagePullIntents stored on disk (the kubelet's name for pullguard_credtracker_pull_intents).",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// recordsGauge and intentsGauge set pullguard's gauge and its kubelet
+	// twin together.
+	recordsGauge = twinGaugeVec{own: recordsGaugeVec, twinLabel: "disk", twin: kubeletOnDiskRecords}
+	intentsGauge = twinGauge{intentsOwnGauge, kubeletOnDiskIntents}
 
 	writeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
 		Namespace:      metricsNamespace,
@@ -100,5 +123,38 @@ func countCheck(d Decision) {
 // example with legacyregistry.MustRegister). Unregistered metrics record
 // nothing.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{checksTotal, recordsGauge, intentsGauge, unreadableTotal, recoveriesTotal, storeErrorsTotal, writeDuration}
+	return []metrics.Registerable{checksTotal, recordsGaugeVec, intentsOwnGauge, kubeletOnDiskRecords, kubeletOnDiskIntents, unreadableTotal, recoveriesTotal, storeErrorsTotal, writeDuration}
+}
+
+// gaugeSetter is what the tracker does with a gauge.
+type gaugeSetter interface{ Set(float64) }
+
+// twinGauge sets a gauge and its kubelet-named twin.
+type twinGauge struct{ own, twin *metrics.Gauge }
+
+func (g twinGauge) Set(v float64) {
+	g.own.Set(v)
+	g.twin.Set(v)
+}
+
+// twinGaugeVec is a gauge vector whose child for twinLabel also sets twin.
+type twinGaugeVec struct {
+	own       *metrics.GaugeVec
+	twinLabel string
+	twin      *metrics.Gauge
+}
+
+func (v twinGaugeVec) WithLabelValues(label string) gaugeSetter {
+	child := v.own.WithLabelValues(label)
+	if label != v.twinLabel {
+		return child
+	}
+	return twinSetter{child, v.twin}
+}
+
+type twinSetter struct{ a, b gaugeSetter }
+
+func (t twinSetter) Set(v float64) {
+	t.a.Set(v)
+	t.b.Set(v)
 }

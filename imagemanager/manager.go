@@ -179,7 +179,10 @@ func (m *Manager) EnsureImageExists(ctx context.Context, req Request) (Result, e
 
 	c := &podCredentials{m: m, ctx: ctx, req: req, image: image}
 	d := m.tracker.Decide(credtracker.Request{Image: image, PullPolicy: req.PullPolicy, ImageRef: ref, Names: names, Credentials: c.get})
-	ensureRequests.WithLabelValues(string(req.PullPolicy), fmt.Sprint(ref != ""), fmt.Sprint(d.Action == credtracker.Pull)).Inc()
+	countEnsure(req.PullPolicy, ref != "", d)
+	if v := m.logger.V(2); v.Enabled() {
+		v.Info("Decided", "pod", podRef(req.Pod), "image", image, "imageRef", ref, "pullPolicy", req.PullPolicy, "action", d.Action.String(), "reason", d.Reason.String())
+	}
 
 	switch d.Action {
 	case credtracker.UseImage:

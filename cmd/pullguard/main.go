@@ -5,22 +5,42 @@
 package main
 
 import (
-	goflag "flag"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
-	"k8s.io/klog/v2"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/component-base/version/verflag"
 )
 
 func main() {
-	if err := newRootCommand().Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+	os.Exit(execute(newRootCommand()))
+}
+
+// execute runs the command and returns the process's exit code: 0, 1 for
+// an error, 128+n for a run stopped by signal n (130 for SIGINT, 143 for
+// SIGTERM), as shells report a process killed by it.
+func execute(root *cobra.Command) int {
+	defer logs.FlushLogs()
+	err := root.Execute()
+	var stopped *stoppedError
+	switch {
+	case err == nil, errors.Is(err, errVersionPrinted):
+		return 0
+	case errors.As(err, &stopped):
+		fmt.Fprintln(os.Stderr, "pullguard:", sanitize(err.Error()))
+		return stopped.code()
+	default:
+		fmt.Fprintln(os.Stderr, "Error:", sanitize(err.Error()))
+		return 1
 	}
 }
 
 func newRootCommand() *cobra.Command {
+	logging := logsapi.NewLoggingConfiguration()
 	root := &cobra.Command{
 		Use:   "pullguard",
 		Short: "Ensure images for pods the way a kubelet does, without handing one tenant's private images to another",
@@ -31,15 +51,30 @@ that presents the same credentials uses a present image with no registry
 contact; any other pod must prove access: IfNotPresent pods re-pull (only the
 manifest is fetched, so the registry decides) and Never pods fail with
 ErrImageNeverPull.`,
+		Example: `  pullguard demo
+  pullguard run -f pods.yaml -o wide
+  pullguard records
+  pullguard --version`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := printVersionIfRequested(cmd.OutOrStdout()); err != nil || versionRequested() {
+				if err == nil {
+					err = errVersionPrinted
+				}
+				return err
+			}
+			// Logs as the kubelet's: --logging-format, -v, --vmodule.
+			return logsapi.ValidateAndApply(logging, nil)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	// klog's verbosity, as the kubelet names it.
-	fs := goflag.NewFlagSet("klog", goflag.ContinueOnError)
-	klog.InitFlags(fs)
-	root.PersistentFlags().AddGoFlag(fs.Lookup("v"))
-	root.PersistentFlags().AddGoFlag(fs.Lookup("vmodule"))
-
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand())
+	logsapi.AddFlags(logging, root.PersistentFlags())
+	// Alpha options that need a feature gate pullguard does not have.
+	for _, name := range []string{"log-json-info-buffer-size", "log-json-split-stream", "log-text-info-buffer-size", "log-text-split-stream"} {
+		_ = root.PersistentFlags().MarkHidden(name)
+	}
+	verflag.AddFlags(root.PersistentFlags())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand())
 	return root
 }

@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,7 +23,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
-var binary string
+var binary, stateHome string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "pullguard-bin-")
@@ -29,6 +31,8 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "pullguard")
+	// The default root directory of commands run without --root-dir.
+	stateHome = filepath.Join(dir, "state")
 	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		panic("go build: " + err.Error() + "\n" + string(out))
@@ -89,7 +93,16 @@ type cliResult struct {
 // pullguard runs the binary; no password may appear in what it prints.
 func pullguard(t *testing.T, args ...string) cliResult {
 	t.Helper()
+	return pullguardIn(t, nil, args...)
+}
+
+// pullguardIn runs the binary with stdin; no password may appear in what it
+// prints.
+func pullguardIn(t *testing.T, stdin io.Reader, args ...string) cliResult {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+stateHome)
+	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -108,7 +121,9 @@ func pullguard(t *testing.T, args ...string) cliResult {
 }
 
 type runJSON struct {
-	Results []struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Results    []struct {
 		Pod        string `json:"pod"`
 		Container  string `json:"container"`
 		Image      string `json:"image"`
@@ -117,14 +132,27 @@ type runJSON struct {
 		Pulled     bool   `json:"pulled"`
 		Error      string `json:"error"`
 		Message    string `json:"message"`
+		Init       bool   `json:"init"`
+		Decision   struct {
+			Action string `json:"action"`
+			Reason string `json:"reason"`
+		} `json:"decision"`
+		Registry string `json:"registry"`
+		Why      string `json:"why"`
 	} `json:"results"`
 	Events []struct {
-		Object    string `json:"object"`
-		FieldPath string `json:"fieldPath"`
-		Type      string `json:"type"`
-		Reason    string `json:"reason"`
-		Message   string `json:"message"`
+		Object    string    `json:"object"`
+		FieldPath string    `json:"fieldPath"`
+		Type      string    `json:"type"`
+		Reason    string    `json:"reason"`
+		Message   string    `json:"message"`
+		Time      time.Time `json:"time"`
+		Source    struct {
+			Component string `json:"component"`
+			Host      string `json:"host"`
+		} `json:"source"`
 	} `json:"events"`
+	Interrupted string `json:"interrupted"`
 }
 
 func decodeRun(t *testing.T, out string) runJSON {
@@ -345,7 +373,11 @@ func TestRunBadInputChangesNoState(t *testing.T) {
 		{name: "invalid provider config", args: []string{"-f", good, "--image-credential-provider-config", write("cp.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: '', matchImages: []}]\n"), "--image-credential-provider-bin-dir", w.dir}, want: []string{"cp.yaml", "providers[0]"}},
 		{name: "provider bin dir missing", args: []string{"-f", good, "--image-credential-provider-config", write("cp2.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: p, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), "--image-credential-provider-bin-dir", filepath.Join(w.dir, "no-such-dir")}, want: []string{"bin directory"}},
 		{name: "provider plugin missing", args: []string{"-f", good, "--image-credential-provider-config", write("cp3.yaml", "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: absent-plugin, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), "--image-credential-provider-bin-dir", w.dir}, want: []string{"absent-plugin"}},
-		{name: "bad output", args: []string{"-f", good, "-o", "yaml"}, want: []string{"--output"}},
+		{name: "bad output", args: []string{"-f", good, "-o", "xml"}, want: []string{"--output"}},
+		{name: "manifest over the size limit", args: []string{"-f", write("huge.yaml", "# "+strings.Repeat("x", 9<<20)+"\n")}, want: []string{"huge.yaml", "larger than the limit"}},
+		{name: "config over the size limit", args: []string{"-f", good, "--config", write("huge-kc.yaml", "# "+strings.Repeat("x", 9<<20)+"\n")}, want: []string{"huge-kc.yaml", "larger than the limit"}},
+		{name: "provider config over the size limit", args: []string{"-f", good, "--image-credential-provider-config", write("huge-cp.yaml", "# "+strings.Repeat("x", 9<<20)+"\n"), "--image-credential-provider-bin-dir", w.dir}, want: []string{"huge-cp.yaml", "larger than the limit"}},
+		{name: "directory without manifests", args: []string{"-f", t.TempDir()}, want: []string{"no *.yaml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -378,7 +410,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, cmd := range []string{"run", "records", "demo"} {
+	for _, cmd := range []string{"run", "records", "demo", "registry"} {
 		res := pullguard(t, cmd, "--help")
 		require.Equal(t, 0, res.code)
 		assert.Contains(t, res.stdout, "Examples:")

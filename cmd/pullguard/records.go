@@ -1,23 +1,27 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/node"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 func newRecordsCommand() *cobra.Command {
-	var rootDir, output string
+	var rootDir, output, runtimeEndpoint string
 	cmd := &cobra.Command{
 		Use:   "records",
 		Short: "List what the node remembers about who pulled each image",
@@ -25,30 +29,63 @@ func newRecordsCommand() *cobra.Command {
 name, the sources of the credentials that pulled it (secret or service account
 namespace/name/uid, with a short prefix of the credential's keyed hash), whether
 it is node-accessible (pulled anonymously or with node credentials), and when it
-was last updated. No secret material is stored, so none is shown.
+was last updated; then the pull intents not yet resolved and the store's health.
+No secret material is stored, so none is shown.
 
-It reads the store without changing it; it fails while another pullguard holds it.`,
-		Example: `  pullguard records --root-dir ./pullguard-state
-  pullguard records -o json`,
+With --runtime, it also lists the images present in that runtime that have no
+record: under the default policy they count as preloaded, free to every pod.
+
+A root directory that holds no record store is an error: it is most likely not
+the one given to pullguard run. It reads the store without changing it; it
+fails while another pullguard holds it.`,
+		Example: `  pullguard records
+  pullguard records --root-dir /var/lib/pullguard -o json
+  pullguard records --runtime unix:///run/containerd/containerd.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if output != "table" && output != "json" {
-				return fmt.Errorf("--output must be table or json, not %q", output)
+			if err := checkFormat(output); err != nil {
+				return err
 			}
-			recs, st, err := credtracker.ReadRecords(filepath.Join(rootDir, node.TrackerDir))
+			dir := filepath.Join(rootDir, node.TrackerDir)
+			if _, err := os.Stat(filepath.Join(dir, credtracker.StoreFile)); err != nil {
+				return fmt.Errorf("no record store under %s (%v): is --root-dir the directory given to pullguard run? A run with the protection on creates it", rootDir, err)
+			}
+			recs, st, err := credtracker.ReadRecords(dir)
 			if err != nil {
 				return err
 			}
-			if output == "json" {
-				return writeRecordsJSON(cmd.OutOrStdout(), recs, st)
+			intents, err := credtracker.ReadIntents(dir)
+			if err != nil {
+				return err
 			}
-			writeRecordsTable(cmd.OutOrStdout(), recs, st)
-			return nil
+			doc := newRecordsDoc(recs, st, intents)
+			if runtimeEndpoint != "" {
+				images, err := listRuntime(cmd.Context(), runtimeEndpoint)
+				if err != nil {
+					return err
+				}
+				doc.Unrecorded = []unrecordedJSON{}
+				for _, img := range unrecorded(images, recs) {
+					doc.Unrecorded = append(doc.Unrecorded, unrecordedJSON{ImageRef: img.Ref, Names: img.Names})
+				}
+			}
+			return writeRecords(cmd.OutOrStdout(), output, doc)
 		},
 	}
-	cmd.Flags().StringVar(&rootDir, "root-dir", "./pullguard-state", "the root directory given to pullguard run")
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	cmd.Flags().StringVar(&rootDir, "root-dir", defaultRootDir(), "the root directory given to pullguard run")
+	cmd.Flags().StringVarP(&output, "output", "o", formatTable, "output format: table, wide, json or yaml")
+	cmd.Flags().StringVar(&runtimeEndpoint, "runtime", "", "CRI endpoint of the node's runtime (such as unix:///run/containerd/containerd.sock), to list its images that have no record")
 	return cmd
+}
+
+// listRuntime lists the images of the runtime at endpoint.
+func listRuntime(ctx context.Context, endpoint string) ([]credtracker.Image, error) {
+	svc, err := pgruntime.NewRemote(ctx, endpoint, pgruntime.DefaultRemoteTimeout)
+	if err != nil {
+		return nil, err
+	}
+	defer svc.Close(context.WithoutCancel(ctx))
+	return imagemanager.Inventory(svc).ListImages(ctx)
 }
 
 type recordJSON struct {
@@ -84,6 +121,25 @@ type statusJSON struct {
 	RecoveryReason    string     `json:"recoveryReason,omitempty"`
 	AsidePath         string     `json:"asidePath,omitempty"`
 	Degraded          bool       `json:"degraded"`
+	// Healthy is false when any of the above asks for attention.
+	Healthy bool `json:"healthy"`
+}
+
+// recordsDoc is the -o json|yaml document of `pullguard records`.
+type recordsDoc struct {
+	Status  statusJSON   `json:"status"`
+	Records []recordJSON `json:"records"`
+	// PendingIntents are the images whose pull started and has not been
+	// resolved (a pull in flight, or one a crash interrupted).
+	PendingIntents []string `json:"pendingIntents"`
+	// Unrecorded are the runtime's images with no record (only with
+	// --runtime).
+	Unrecorded []unrecordedJSON `json:"unrecorded,omitempty"`
+}
+
+type unrecordedJSON struct {
+	ImageRef string   `json:"imageRef"`
+	Names    []string `json:"names"`
 }
 
 func toJSON(r credtracker.ImageRecord) recordJSON {
@@ -107,26 +163,44 @@ func toJSON(r credtracker.ImageRecord) recordJSON {
 	return out
 }
 
-func writeRecordsJSON(w io.Writer, recs []credtracker.ImageRecord, st credtracker.Status) error {
-	doc := struct {
-		Status  statusJSON   `json:"status"`
-		Records []recordJSON `json:"records"`
-	}{Records: []recordJSON{}}
+func newRecordsDoc(recs []credtracker.ImageRecord, st credtracker.Status, intents []string) recordsDoc {
+	doc := recordsDoc{Records: []recordJSON{}, PendingIntents: intents}
+	if doc.PendingIntents == nil {
+		doc.PendingIntents = []string{}
+	}
 	doc.Status = statusJSON{Records: st.Records, Intents: st.Intents, UnreadableRecords: st.UnreadableRecords, RecoveryReason: st.RecoveryReason, AsidePath: st.AsidePath, Degraded: st.Degraded}
 	if !st.RecoveredAt.IsZero() {
 		doc.Status.RecoveredAt = &st.RecoveredAt
 	}
+	doc.Status.Healthy = st.RecoveredAt.IsZero() && !st.Degraded && st.UnreadableRecords == 0
 	for _, r := range recs {
 		doc.Records = append(doc.Records, toJSON(r))
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(doc)
+	return doc
 }
 
-func writeRecordsTable(w io.Writer, recs []credtracker.ImageRecord, st credtracker.Status) {
-	if !st.RecoveredAt.IsZero() {
-		fmt.Fprintf(w, "WARNING: the record store was unreadable and rebuilt at %s (%s); the old store is kept at %s.\n", st.RecoveredAt.Format(time.RFC3339), st.RecoveryReason, st.AsidePath)
+func writeRecords(w io.Writer, format string, doc recordsDoc) error {
+	switch format {
+	case formatJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(doc)
+	case formatYAML:
+		data, err := yaml.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	wide := format == formatWide
+	width := tableWidth
+	if wide {
+		width = 0
+	}
+	st := doc.Status
+	if st.RecoveredAt != nil {
+		fmt.Fprintln(w, sanitize(fmt.Sprintf("WARNING: the record store was unreadable and rebuilt at %s (%s); the old store is kept at %s.", st.RecoveredAt.Format(time.RFC3339), st.RecoveryReason, st.AsidePath)))
 	}
 	if st.Degraded {
 		fmt.Fprintln(w, "WARNING: the rebuilt store could not be seeded from the runtime yet: every present image requires verification.")
@@ -134,35 +208,78 @@ func writeRecordsTable(w io.Writer, recs []credtracker.ImageRecord, st credtrack
 	if st.UnreadableRecords > 0 {
 		fmt.Fprintf(w, "WARNING: %d records could not be read; their images require verification under every name.\n", st.UnreadableRecords)
 	}
-	if len(recs) == 0 {
+	health := "healthy"
+	if !st.Healthy {
+		health = "needs attention (see the warnings above)"
+	}
+	fmt.Fprintf(w, "Store: %s; %d records, %d pending pull intents.\n", health, st.Records, len(doc.PendingIntents))
+	if len(doc.Records) == 0 {
 		fmt.Fprintln(w, "No records.")
-		return
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "IMAGE REF\tREPOSITORY\tACCESS\tUPDATED")
-	for _, r := range recs {
-		j := toJSON(r)
-		ref := shortRef(r.ImageRef)
-		if r.UnknownOrigin != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ref, "(any other name)", "must verify: "+r.UnknownOrigin, r.Updated.Format(time.RFC3339))
+	} else {
+		t := &table{cols: []column{{header: "IMAGE REF", min: 19}, {header: "REPOSITORY", min: 16}, {header: "ACCESS", min: 30, cutEnd: true}, {header: "UPDATED"}}}
+		for _, r := range doc.Records {
+			ref := r.ImageRef
+			if !wide {
+				ref = shortRef(ref)
+			}
+			if r.UnknownOrigin != "" {
+				t.add(ref, "(any other name)", "must verify: "+r.UnknownOrigin, r.Updated.Format(time.RFC3339))
+			}
+			for _, repo := range r.Repositories {
+				t.add(ref, repo.Name, access(repo, wide), repo.Updated.Format(time.RFC3339))
+			}
 		}
-		for _, repo := range j.Repositories {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ref, repo.Name, access(repo), repo.Updated.Format(time.RFC3339))
+		if err := t.write(w, width); err != nil {
+			return err
 		}
 	}
-	tw.Flush()
+	if len(doc.PendingIntents) > 0 {
+		fmt.Fprintln(w, "\nPENDING PULL INTENTS (each image needs verification under every name until resolved)")
+		t := &table{cols: []column{{header: "IMAGE", min: 20}}}
+		for _, i := range doc.PendingIntents {
+			t.add(i)
+		}
+		if err := t.write(w, width); err != nil {
+			return err
+		}
+	}
+	if doc.Unrecorded != nil {
+		if len(doc.Unrecorded) == 0 {
+			fmt.Fprintln(w, "\nEvery image in the runtime has a record.")
+			return nil
+		}
+		fmt.Fprintf(w, "\nIMAGES WITHOUT A RECORD (%d): %s.\n", len(doc.Unrecorded), unrecordedRemedy)
+		t := &table{cols: []column{{header: "IMAGE REF", min: 19}, {header: "NAMES", min: 20, cutEnd: true}}}
+		for _, u := range doc.Unrecorded {
+			ref := u.ImageRef
+			if !wide {
+				ref = shortRef(ref)
+			}
+			t.add(ref, orDash(strings.Join(u.Names, ", ")))
+		}
+		return t.write(w, width)
+	}
+	return nil
 }
 
-func access(r repositoryJSON) string {
+func access(r repositoryJSON, wide bool) string {
 	if r.NodeAccessible {
 		return "node-accessible"
 	}
 	var parts []string
 	for _, s := range r.Secrets {
-		parts = append(parts, fmt.Sprintf("secret %s/%s (uid %s, hash %s)", s.Namespace, s.Name, s.UID, s.Hash))
+		if wide {
+			parts = append(parts, fmt.Sprintf("secret %s/%s (uid %s, hash %s)", s.Namespace, s.Name, s.UID, s.Hash))
+		} else {
+			parts = append(parts, fmt.Sprintf("secret %s/%s (hash %s)", s.Namespace, s.Name, s.Hash))
+		}
 	}
 	for _, sa := range r.ServiceAccounts {
-		parts = append(parts, fmt.Sprintf("serviceaccount %s/%s (uid %s)", sa.Namespace, sa.Name, sa.UID))
+		if wide {
+			parts = append(parts, fmt.Sprintf("serviceaccount %s/%s (uid %s)", sa.Namespace, sa.Name, sa.UID))
+		} else {
+			parts = append(parts, fmt.Sprintf("serviceaccount %s/%s", sa.Namespace, sa.Name))
+		}
 	}
 	if len(parts) == 0 {
 		return "must verify: no known credential"

@@ -69,4 +69,15 @@ func TestMetrics(t *testing.T) {
 			assert.Equal(t, uint64(1), h.GetAggregatedSampleCount(), plugin)
 		}
 	})
+	t.Run("the kubelet's names count the same", func(t *testing.T) {
+		vals, err := testutil.GetCounterValuesFromGatherer(reg, "kubelet_credential_provider_plugin_errors_total",
+			map[string]string{"plugin_name": crashName}, "plugin_name")
+		require.NoError(t, err)
+		assert.Equal(t, map[string]float64{crashName: 1}, vals)
+		for _, plugin := range []string{goodName, crashName} {
+			h, err := testutil.GetHistogramVecFromGatherer(reg, "kubelet_credential_provider_plugin_duration", map[string]string{"plugin_name": plugin})
+			require.NoError(t, err)
+			assert.Equal(t, uint64(1), h.GetAggregatedSampleCount(), plugin)
+		}
+	})
 }

@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -87,7 +86,7 @@ func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, error)
 
 // loadKubeletConfig also returns the top-level fields the file sets.
 func loadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFileLimited(path, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
 	}

@@ -23,7 +23,7 @@ type ImageEnsurer interface {
 type Result struct {
 	Pod        string            `json:"pod"` // namespace/name
 	Container  string            `json:"container"`
-	Init       bool              `json:"-"`
+	Init       bool              `json:"init"`
 	Image      string            `json:"image"`
 	PullPolicy corev1.PullPolicy `json:"pullPolicy"`
 	ImageRef   string            `json:"imageRef"`
@@ -34,7 +34,26 @@ type Result struct {
 	Error    string               `json:"error"`
 	Message  string               `json:"message"`
 	Decision credtracker.Decision `json:"-"`
+	// Registry says how the registry answered a pull: "" when it was not
+	// contacted, else one of the Registry* values.
+	Registry string `json:"registry,omitempty"`
 }
+
+// How the registry answered a pull (Result.Registry).
+const (
+	// RegistryAccepted: the pull, or the verification of a present
+	// image, succeeded.
+	RegistryAccepted = "accepted"
+	// RegistryRefused: the registry answered and refused (401, 403, 404):
+	// the audit trail of a tenant kept out.
+	RegistryRefused = "refused"
+	// RegistryUnreachable: the registry could not be reached (no route,
+	// refused connection, DNS, TLS, timeout) or was unavailable (5xx):
+	// nothing was decided about the pod's credentials.
+	RegistryUnreachable = "unreachable"
+	// RegistryFailed: any other failure of the pull.
+	RegistryFailed = "failed"
+)
 
 // Driver drives pods through the image manager.
 type Driver struct {
@@ -68,6 +87,9 @@ func (d *Driver) Run(ctx context.Context, m *Manifests) []Result {
 	perPod := make([][]Result, len(m.Pods))
 	if !d.concurrent {
 		for i, p := range m.Pods {
+			if ctx.Err() != nil {
+				break
+			}
 			perPod[i] = d.runPod(ctx, m, p)
 		}
 	} else {
@@ -85,6 +107,9 @@ func (d *Driver) Run(ctx context.Context, m *Manifests) []Result {
 			go func(idx []int) {
 				defer wg.Done()
 				for _, i := range idx {
+					if ctx.Err() != nil {
+						return
+					}
 					perPod[i] = d.runPod(ctx, m, m.Pods[i])
 				}
 			}(byNS[ns])
@@ -108,19 +133,64 @@ func (d *Driver) runPod(ctx context.Context, m *Manifests, p *corev1.Pod) []Resu
 	run := func(c corev1.Container, init bool) {
 		policy := DefaultPullPolicy(c.Image, c.ImagePullPolicy)
 		res, err := d.images.EnsureImageExists(ctx, imagemanager.Request{Pod: p, Container: c.Name, InitContainer: init, Image: c.Image, PullPolicy: policy, PullSecrets: secrets})
-		out = append(out, Result{
+		r := Result{
 			Pod: p.Namespace + "/" + p.Name, Container: c.Name, Init: init, Image: c.Image, PullPolicy: policy,
 			ImageRef: res.ImageRef, Pulled: res.Pulled, Error: errorReason(err), Message: res.Message, Decision: res.Decision,
-		})
+		}
+		r.Registry = registryAnswer(r)
+		out = append(out, r)
 	}
+	// An interrupted run stops between containers: the one in flight
+	// ends (its pull intent resolved by the image manager), no other
+	// starts.
 	for _, c := range p.Spec.InitContainers {
+		if ctx.Err() != nil {
+			return out
+		}
 		run(c, true)
 	}
 	for _, c := range p.Spec.Containers {
+		if ctx.Err() != nil {
+			return out
+		}
 		run(c, false)
 	}
 	return out
 }
+
+// registryAnswer classifies how the registry answered r's pull, from the
+// error text the runtime gave (runtimes return errors as text, over CRI).
+// A refusal is looked for first: with several credentials, one refusal
+// among other failures is still a refusal.
+func registryAnswer(r Result) string {
+	if !r.Pulled {
+		return ""
+	}
+	if r.Error == "" {
+		return RegistryAccepted
+	}
+	msg := strings.ToLower(r.Message)
+	for _, s := range refusalMarkers {
+		if strings.Contains(msg, s) {
+			return RegistryRefused
+		}
+	}
+	for _, s := range unreachableMarkers {
+		if strings.Contains(msg, s) {
+			return RegistryUnreachable
+		}
+	}
+	return RegistryFailed
+}
+
+var (
+	refusalMarkers = []string{"401 unauthorized", "403 forbidden", "404 not found", "unauthorized", "denied", "forbidden",
+		"authentication required", "manifest unknown", "name unknown", "not found"}
+	unreachableMarkers = []string{"connection refused", "no such host", "i/o timeout", "dial tcp", "network is unreachable",
+		"no route to host", "connection reset", "tls:", "x509:", "deadline exceeded", "timeout", "eof",
+		"500 internal server error", "502 bad gateway", "503 service unavailable", "504 gateway timeout", "service unavailable",
+		"server misbehaving", "unavailable"}
+)
 
 // resolveSecrets finds the pod's image pull secrets in its namespace and
 // names the ones that are missing.

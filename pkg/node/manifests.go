@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,9 +44,9 @@ func LoadFiles(paths ...string) (*Manifests, error) {
 		return nil, errors.New("no manifest files given")
 	}
 	for _, path := range paths {
-		data, err := os.ReadFile(path)
+		data, err := ReadFileLimited(path, 0)
 		if err != nil {
-			return nil, fmt.Errorf("failed to read %s: %w", path, err)
+			return nil, err
 		}
 		if err := m.add(path, data); err != nil {
 			return nil, err
@@ -67,7 +66,7 @@ func Load(name string, data []byte) (*Manifests, error) {
 }
 
 func (m *Manifests) add(path string, data []byte) error {
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(withFinalNewline(data)), 4096)
 	for doc := 1; ; doc++ {
 		var raw runtime.RawExtension
 		if err := dec.Decode(&raw); err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,6 +55,7 @@ func TestRegistryDown(t *testing.T) {
 	before := len(n.Events.Events())
 	r = run(2)
 	assert.Equal(t, imagemanager.ErrImagePull.Error(), r.Error)
+	assert.Equal(t, node.RegistryUnreachable, r.Registry, "a registry that is down is unreachable, not a refusal")
 	evs := n.Events.Events()[before:]
 	require.NotEmpty(t, evs)
 	last := evs[len(evs)-1]
@@ -65,5 +67,10 @@ func TestRegistryDown(t *testing.T) {
 	before = len(n.Events.Events())
 	r = run(2)
 	assert.Equal(t, imagemanager.ErrImagePullBackOff.Error(), r.Error)
-	assert.Equal(t, []node.Event{{Object: "team-c/app", Type: "Normal", Reason: "BackOff", Message: `Back-off pulling image "` + image + `"`}}, n.Events.Events()[before:])
+	backoff := n.Events.Events()[before:]
+	require.Len(t, backoff, 1)
+	assert.False(t, backoff[0].Time.IsZero())
+	backoff[0].Time = time.Time{}
+	assert.Equal(t, node.Event{Object: "team-c/app", FieldPath: "spec.containers{app}", Type: "Normal", Reason: "BackOff", Message: `Back-off pulling image "` + image + `"`,
+		Source: node.Source{Component: node.EventSourceComponent}}, backoff[0])
 }

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/credentialprovider"
+)
+
+var registerOnce sync.Once
+
+// registerMetrics registers every pullguard metric with component-base's
+// legacyregistry, once per process: a one-shot run writes them with
+// writeMetrics, a long-running process serves legacyregistry.Handler() on
+// /metrics. Registering twice is harmless.
+func registerMetrics() {
+	registerOnce.Do(func() {
+		var all []metrics.Registerable
+		all = append(all, credtracker.Metrics()...)
+		all = append(all, imagemanager.Metrics()...)
+		all = append(all, credentialprovider.Metrics()...)
+		for _, m := range all {
+			if err := legacyregistry.Register(m); err != nil {
+				var already prometheus.AlreadyRegisteredError
+				if !errors.As(err, &already) {
+					klog.Background().Error(err, "Failed to register a metric")
+				}
+			}
+		}
+	})
+}
+
+// writeMetrics writes legacyregistry's metrics in Prometheus text format.
+func writeMetrics(w io.Writer) error {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		return fmt.Errorf("failed to gather metrics: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range families {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("failed to write metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// writeMetricsFile writes the metrics to path, through a temporary file
+// renamed into place, so a reader never sees half a file.
+func writeMetricsFile(path string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".metrics-*")
+	if err != nil {
+		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := writeMetrics(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
+	}
+	return nil
+}
