@@ -40,6 +40,6 @@ ErrImageNeverPull.`,
 	root.PersistentFlags().AddGoFlag(fs.Lookup("v"))
 	root.PersistentFlags().AddGoFlag(fs.Lookup("vmodule"))
 
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newServeCommand())
 	return root
 }
