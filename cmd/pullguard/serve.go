@@ -142,6 +142,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	logger := klog.Background().WithName("serve")
+	if o.metricsAddr != "" && o.metricsAddr != "0" {
+		// Before the tracker starts, so that its start-up gauges count.
+		registerMetrics()
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -276,7 +280,6 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, logger klog.Logger
 	if o.metricsAddr == "" || o.metricsAddr == "0" {
 		return nil, nil
 	}
-	registerMetrics()
 	l, err := net.Listen("tcp", o.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-bind-address: %w", err)

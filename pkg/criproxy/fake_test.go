@@ -294,7 +294,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	t.Cleanup(func() { h.tracker.Close() })
 	h.fake.setDown(false) // a setup's "down" is for the tracker's start only
-	srv, err := criproxy.New(h.fake, h.tracker, hasher)
+	srv, err := criproxy.New(h.fake, h.tracker, hasher, criproxy.WithPruneInterval(0))
 	require.NoError(t, err)
 	h.server = srv
 	h.socket = filepath.Join(socketDir(t), "pg.sock")

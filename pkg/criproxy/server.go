@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	criapi "k8s.io/cri-api/pkg/apis"
@@ -38,7 +39,18 @@ type Server struct {
 	inflight sync.WaitGroup
 	mu       sync.Mutex
 	draining bool
+
+	// pruneEvery bounds how often a full ListImages prunes the records;
+	// lastPrune is when it last did (Unix nanoseconds).
+	pruneEvery time.Duration
+	lastPrune  atomic.Int64
 }
+
+// DefaultPruneInterval is how often, at most, a full ListImages (the
+// kubelet lists every few seconds) prunes the records of images that are
+// gone, for images removed by something other than RemoveImage through the
+// proxy (crictl on the runtime's socket, say).
+const DefaultPruneInterval = time.Minute
 
 var _ runtimeapi.ImageServiceServer = (*Server)(nil)
 
@@ -47,6 +59,10 @@ type Option func(*Server)
 
 // WithLogger sets the logger; decisions are logged at V(2).
 func WithLogger(l klog.Logger) Option { return func(s *Server) { s.logger = l } }
+
+// WithPruneInterval sets how often, at most, a full ListImages prunes
+// the records (0: every time).
+func WithPruneInterval(d time.Duration) Option { return func(s *Server) { s.pruneEvery = d } }
 
 // WithClock sets the clock used to time list-then-prune (tests use a
 // fake one).
@@ -59,7 +75,7 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	if backend == nil || tracker == nil || hasher == nil {
 		return nil, errors.New("criproxy: backend, tracker and hasher are required")
 	}
-	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}}
+	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval}
 	for _, o := range opts {
 		o(s)
 	}
@@ -97,11 +113,36 @@ func (s *Server) admit() bool {
 
 func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	defer observe("ListImages", time.Now())
+	listedAt := s.clock.Now()
 	imgs, err := s.backend.ListImages(ctx, req.GetFilter())
 	if err != nil {
 		return nil, backendError("ListImages", err)
 	}
+	if req.GetFilter().GetImage().GetImage() == "" {
+		s.maybePrune(imgs, listedAt)
+	}
 	return &runtimeapi.ListImagesResponse{Images: imgs}, nil
+}
+
+// maybePrune prunes the records of images missing from a full list, at
+// most once per pruneEvery.
+func (s *Server) maybePrune(imgs []*runtimeapi.Image, listedAt time.Time) {
+	last := s.lastPrune.Load()
+	if s.pruneEvery > 0 && listedAt.UnixNano()-last < int64(s.pruneEvery) {
+		return
+	}
+	if !s.lastPrune.CompareAndSwap(last, listedAt.UnixNano()) {
+		return // another list is pruning
+	}
+	present := make([]credtracker.Image, 0, len(imgs))
+	for _, img := range imgs {
+		present = append(present, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
+	}
+	if n, err := s.tracker.PruneImages(present, listedAt); err != nil {
+		s.logger.Error(err, "Failed to prune the records of images that are gone")
+	} else if n > 0 {
+		s.logger.V(2).Info("Pruned the records of images that are gone", "records", n)
+	}
 }
 
 // streamChunk is how many images StreamImages sends per message.

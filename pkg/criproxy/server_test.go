@@ -89,6 +89,23 @@ func TestRemoveImagePrunes(t *testing.T) {
 	assert.Len(t, h.tracker.Records(), 1)
 }
 
+// TestListImagesPrunes: an image removed behind the proxy's back (on the
+// runtime's own socket) loses its records at the next full ListImages.
+func TestListImagesPrunes(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.fake.publish(t, reg+"/team-a/app:v1", id(5), "alice:pw")
+	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+	require.Len(t, h.tracker.Records(), 1)
+	require.NoError(t, h.fake.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: id(5)}))
+	_, err = h.client.ListImages(context.Background(), &runtimeapi.ImageFilter{Image: &runtimeapi.ImageSpec{Image: id(5)}})
+	require.NoError(t, err)
+	assert.Len(t, h.tracker.Records(), 1, "a filtered list prunes nothing")
+	_, err = h.client.ListImages(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Empty(t, h.tracker.Records())
+}
+
 func TestMalformedRequests(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	c := rawClient(t, h.socket)
