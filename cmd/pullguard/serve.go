@@ -46,6 +46,7 @@ type serveOptions struct {
 	unrecorded     string
 	grace          time.Duration
 	timeout        time.Duration
+	answerWindow   time.Duration
 }
 
 func newServeCommand() *cobra.Command {
@@ -88,6 +89,7 @@ socket removed.`,
 	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
+	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pull is answered from a record only this long after ImageStatus reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", pgruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }
@@ -130,8 +132,8 @@ func (o *serveOptions) check() (checkedServe, error) {
 	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
 		return c, fmt.Errorf("--unrecorded-images: %w", err)
 	}
-	if o.grace < 0 || o.timeout <= 0 {
-		return c, errors.New("--shutdown-grace-period must not be negative and --runtime-request-timeout must be positive")
+	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
+		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
 	}
 	return c, nil
 }
@@ -181,7 +183,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}()
 
-	srv, err := criproxy.New(backend, tracker, hasher, criproxy.WithLogger(logger))
+	srv, err := criproxy.New(backend, tracker, hasher, criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // remoteImage is an image in the fake registry: its ID and who may pull
@@ -253,6 +254,7 @@ type harness struct {
 	client  criapi.ImageManagerService
 	socket  string
 	dir     string
+	clock   *testingclock.FakeClock
 }
 
 type harnessConfig struct {
@@ -274,7 +276,7 @@ func socketDir(t testing.TB) string {
 
 func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	t.Helper()
-	h := &harness{fake: newFakeBackend(), dir: cfg.dir}
+	h := &harness{fake: newFakeBackend(), dir: cfg.dir, clock: testingclock.NewFakeClock(time.Unix(1_800_000_000, 0))}
 	if cfg.setup != nil {
 		cfg.setup(h.fake)
 	}
@@ -294,7 +296,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	t.Cleanup(func() { h.tracker.Close() })
 	h.fake.setDown(false) // a setup's "down" is for the tracker's start only
-	srv, err := criproxy.New(h.fake, h.tracker, hasher, criproxy.WithPruneInterval(0))
+	srv, err := criproxy.New(h.fake, h.tracker, hasher, criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock))
 	require.NoError(t, err)
 	h.server = srv
 	h.socket = filepath.Join(socketDir(t), "pg.sock")
@@ -330,8 +332,23 @@ func creds(user, password string) *runtimeapi.AuthConfig {
 	return &runtimeapi.AuthConfig{Username: user, Password: password}
 }
 
-// pull pulls image as a pod of ns with the credential user:password.
+// pull ensures image as the kubelet does for an IfNotPresent container of
+// a pod of ns with the credential user:password: ImageStatus, then, if
+// reported absent, PullImage.
 func (h *harness) pull(t testing.TB, ns, image, user, password string) (string, error) {
+	resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
+	if err != nil {
+		return "", err
+	}
+	if resp.GetImage() != nil {
+		return resp.GetImage().GetId(), nil
+	}
+	return h.pullAlways(t, ns, image, user, password)
+}
+
+// pullAlways pulls as the kubelet does for an Always container: PullImage
+// with no ImageStatus before it.
+func (h *harness) pullAlways(t testing.TB, ns, image, user, password string) (string, error) {
 	return h.client.PullImage(context.Background(), &runtimeapi.ImageSpec{Image: image}, creds(user, password), pod(ns, "p"))
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/criproxy"
 )
 
 const reg = "127.0.0.1:5000"
@@ -151,6 +153,7 @@ func TestPullImageMatrix(t *testing.T) {
 	type step struct {
 		ns, user, password string
 		image              string // default private
+		always             bool   // an Always container: no ImageStatus before the pull
 		wantErr            string // "" for success
 		wantManifest       int    // registry requests this step makes
 		wantBlobs          int
@@ -165,6 +168,13 @@ func TestPullImageMatrix(t *testing.T) {
 			{ns: "a", user: "alice", password: "pw", wantManifest: 1, wantBlobs: 2},
 			{ns: "a", user: "alice", password: "pw"},
 			{ns: "a2", user: "alice", password: "pw"}, // the same content proves the same access
+		},
+	}, {
+		name: "an Always container is forwarded, even with a recorded credential",
+		steps: []step{
+			{ns: "a", user: "alice", password: "pw", wantManifest: 1, wantBlobs: 2},
+			{ns: "a", user: "alice", password: "pw", always: true, wantManifest: 1},
+			{ns: "b", user: "bob", password: "bad", always: true, wantErr: "401 Unauthorized", wantManifest: 1},
 		},
 	}, {
 		name: "another tenant's credential: the registry refuses, no blobs",
@@ -198,8 +208,9 @@ func TestPullImageMatrix(t *testing.T) {
 		gateOff: true,
 		steps: []step{
 			{ns: "a", user: "alice", password: "pw", wantManifest: 1, wantBlobs: 2},
-			{ns: "a", user: "alice", password: "pw", wantManifest: 1},
-			{ns: "b", user: "bob", password: "bad", wantErr: "401 Unauthorized", wantManifest: 1},
+			{ns: "a", user: "alice", password: "pw", always: true, wantManifest: 1},
+			{ns: "b", user: "bob", password: "bad", always: true, wantErr: "401 Unauthorized", wantManifest: 1},
+			{ns: "b"}, // IfNotPresent: the stock kubelet hands the present image to anyone
 		},
 	}}
 	for _, tc := range tests {
@@ -213,7 +224,14 @@ func TestPullImageMatrix(t *testing.T) {
 					image = private
 				}
 				m0, b0, _ := h.fake.counts()
-				ref, err := h.pull(t, s.ns, image, s.user, s.password)
+				pull := h.pull
+				if s.always {
+					// Long after any ImageStatus: nothing marks it as
+					// the kubelet's IfNotPresent path.
+					h.clock.Step(criproxy.DefaultAnswerWindow + time.Second)
+					pull = h.pullAlways
+				}
+				ref, err := pull(t, s.ns, image, s.user, s.password)
 				m1, b1, _ := h.fake.counts()
 				if s.wantErr != "" {
 					require.Error(t, err, "step %d", i)
@@ -226,6 +244,8 @@ func TestPullImageMatrix(t *testing.T) {
 				assert.Equal(t, s.wantBlobs, b1-b0, "blob requests, step %d", i)
 				if !tc.gateOff {
 					assert.False(t, h.present(t, private), "a credential-pulled image stays hidden from ImageStatus, step %d", i)
+				} else {
+					assert.True(t, h.present(t, private), "gate off: a pass-through, step %d", i)
 				}
 			}
 		})

@@ -24,7 +24,9 @@ const afterPullTimeout = 30 * time.Second
 // PullImage applies the decision to one of a pod's credentials.
 //
 // A credential whose keyed hash already pulled the present image under
-// this name gets the image's ref at once, with no registry contact. Any
+// this name gets the image's ref at once, with no registry contact, when
+// ImageStatus reported the image absent shortly before (the kubelet's
+// IfNotPresent path; see DefaultAnswerWindow). Any
 // other request (an anonymous one included) is forwarded: a durable pull
 // intent first (if it cannot be written, nothing is pulled), then the
 // backend's pull, which for a present image fetches only the manifest, so
@@ -92,6 +94,10 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 // fromRecord answers a pull from the records when cred's keyed hash
 // already pulled the present image under this name.
 func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, cred credential.Credential) (string, bool) {
+	if s.hidden != nil && !s.hidden.recent(spec.GetImage(), s.clock.Now()) {
+		logger.V(2).Info("Forwarding the pull: no ImageStatus reported the image absent before it, so the kubelet pulls it with policy Always")
+		return "", false
+	}
 	resp, err := s.backend.ImageStatus(ctx, spec, false)
 	if err != nil || resp.GetImage() == nil {
 		// Absent, or unknown: the pull decides.

@@ -44,6 +44,9 @@ type Server struct {
 	// lastPrune is when it last did (Unix nanoseconds).
 	pruneEvery time.Duration
 	lastPrune  atomic.Int64
+
+	hidden *hiddenSet
+	window time.Duration
 }
 
 // DefaultPruneInterval is how often, at most, a full ListImages (the
@@ -64,6 +67,12 @@ func WithLogger(l klog.Logger) Option { return func(s *Server) { s.logger = l } 
 // the records (0: every time).
 func WithPruneInterval(d time.Duration) Option { return func(s *Server) { s.pruneEvery = d } }
 
+// WithAnswerWindow sets how long after ImageStatus reported an image
+// absent a PullImage of it may be answered from a record (default
+// DefaultAnswerWindow; see there). 0 answers every pull whose credential
+// matches a record, Always pulls too.
+func WithAnswerWindow(d time.Duration) Option { return func(s *Server) { s.window = d } }
+
 // WithClock sets the clock used to time list-then-prune (tests use a
 // fake one).
 func WithClock(c clock.PassiveClock) Option { return func(s *Server) { s.clock = c } }
@@ -75,9 +84,12 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	if backend == nil || tracker == nil || hasher == nil {
 		return nil, errors.New("criproxy: backend, tracker and hasher are required")
 	}
-	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval}
+	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval, window: DefaultAnswerWindow}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.window > 0 {
+		s.hidden = newHiddenSet(s.window)
 	}
 	s.logger = s.logger.WithName("criproxy")
 	return s, nil

@@ -47,6 +47,9 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		s.logger.V(3).Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
 		return resp, nil
 	}
+	if s.hidden != nil {
+		s.hidden.mark(spec.GetImage(), s.clock.Now())
+	}
 	countDecision("ImageStatus", "hidden", d.Reason)
 	s.logger.V(2).Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
 	return &runtimeapi.ImageStatusResponse{}, nil

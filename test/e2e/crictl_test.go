@@ -79,9 +79,21 @@ func podConfig(t *testing.T, ns, name string) string {
 	return f.Name()
 }
 
-// crictlPull is `crictl pull [--creds USER:PASSWORD] --pod-config POD IMAGE`
-// through endpoint, as pod ns/name.
+// crictlPull ensures image through endpoint as the kubelet does for an
+// IfNotPresent container of pod ns/name: `crictl inspecti IMAGE` (the CRI
+// ImageStatus), and if the image is reported absent, `crictl pull
+// [--creds USER:PASSWORD] --pod-config POD IMAGE`.
 func crictlPull(t *testing.T, endpoint, ns, name, image string, who *tenant) (string, bool) {
+	t.Helper()
+	if inspecti(t, endpoint, image) {
+		return "present", true
+	}
+	return crictlPullAlways(t, endpoint, ns, name, image, who)
+}
+
+// crictlPullAlways pulls as the kubelet does for an Always container:
+// `crictl pull` with no ImageStatus before it.
+func crictlPullAlways(t *testing.T, endpoint, ns, name, image string, who *tenant) (string, bool) {
 	t.Helper()
 	args := []string{"pull", "--pod-config", podConfig(t, ns, name)}
 	if who != nil {

@@ -31,13 +31,22 @@ func TestServeRestarts(t *testing.T) {
 	t.Run("the daemon restarts", func(t *testing.T) {
 		d.proc.stop()
 		d.start(t)
-		assert.False(t, inspecti(t, d.endpoint(), image), "still hidden")
+		// No ImageStatus since the start: a pull is an Always container's,
+		// which the registry checks (manifest only), as the kubelet would.
 		m := mark(t)
-		out, ok := crictlPull(t, d.endpoint(), "team-b", "intruder", image, bob)
+		out, ok := crictlPullAlways(t, d.endpoint(), "team-a", "always", image, alice)
+		require.True(t, ok, out)
+		tf := trafficFor(t, m, "s9r/team-a/app")
+		assert.Equal(t, 1, tf.manifestOK, "an Always pull is forwarded")
+		assert.Zero(t, tf.blobs)
+
+		assert.False(t, inspecti(t, d.endpoint(), image), "still hidden")
+		m = mark(t)
+		out, ok = crictlPull(t, d.endpoint(), "team-b", "intruder", image, bob)
 		assert.False(t, ok, out)
 		out, ok = crictlPull(t, d.endpoint(), "team-a", "app-2", image, alice)
 		require.True(t, ok, out)
-		tf := trafficFor(t, m, "s9r/team-a/app")
+		tf = trafficFor(t, m, "s9r/team-a/app")
 		assert.Zero(t, tf.manifestOK, "tenant A needed no registry")
 		assert.Zero(t, tf.blobs)
 	})
@@ -63,15 +72,20 @@ func TestServeRestarts(t *testing.T) {
 		require.NoError(t, err)
 		h.containerd, restarted = c, true
 		// The proxy's gRPC connection reconnects with its own back-off.
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(2 * time.Minute)
 		for {
-			if out, ok := crictlPull(t, d.endpoint(), "team-a", "app-3", image, alice); ok {
+			out, _ := crictl(t, d.endpoint(), "inspecti", image)
+			if !strings.Contains(out, "Unavailable") {
 				break
 			} else if time.Now().After(deadline) {
 				t.Fatalf("the proxy did not reconnect to containerd: %s", out)
 			}
 			time.Sleep(200 * time.Millisecond) // waiting on another process's reconnection, not on this test's timing
 		}
+		m := mark(t)
+		out, ok := crictlPull(t, d.endpoint(), "team-a", "app-3", image, alice)
+		require.True(t, ok, out)
+		assert.Zero(t, registryRequests(t, m), "the records survived containerd's restart")
 		assert.False(t, inspecti(t, d.endpoint(), image), "and the protection holds")
 	})
 
