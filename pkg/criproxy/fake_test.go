@@ -42,6 +42,7 @@ type fakeBackend struct {
 	manifest int                          // manifest requests
 	blobs    int                          // blob requests
 	pulls    int                          // PullImage calls
+	statuses int                          // ImageStatus calls
 	down     bool                         // every call fails with Unavailable
 	gate     chan struct{}                // when set, PullImage waits for it to close
 	entered  chan string                  // when set, PullImage reports its image here
@@ -93,6 +94,12 @@ func (f *fakeBackend) counts() (manifest, blobs, pulls int) {
 	return f.manifest, f.blobs, f.pulls
 }
 
+func (f *fakeBackend) statusCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.statuses
+}
+
 func (f *fakeBackend) setDown(down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -135,6 +142,7 @@ func (f *fakeBackend) ListImages(_ context.Context, _ *runtimeapi.ImageFilter) (
 func (f *fakeBackend) ImageStatus(_ context.Context, spec *runtimeapi.ImageSpec, _ bool) (*runtimeapi.ImageStatusResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statuses++
 	if f.down {
 		return nil, unavailable()
 	}

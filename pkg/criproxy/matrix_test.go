@@ -266,3 +266,28 @@ func TestKubernetes138175(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, resp.GetInfo(), "a hidden image's verbose info is hidden too")
 }
+
+// TestPullReusesTheStatusBehindAbsent: the pull that follows an "absent"
+// answer is decided on the status that answer saw (no second runtime
+// call) while it is fresh, and on a live one after that.
+func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
+	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+
+	before := h.fake.statusCalls()
+	_, err = h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+	assert.Equal(t, 1, h.fake.statusCalls()-before, "only the kubelet's ImageStatus reached the runtime")
+
+	assert.False(t, h.present(t, reg+"/team-a/app:v1"))
+	h.clock.Step(time.Minute) // within the answer window, past the status's freshness
+	before = h.fake.statusCalls()
+	_, _, pulls0 := h.fake.counts()
+	_, err = h.pullAlways(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+	_, _, pulls1 := h.fake.counts()
+	assert.Equal(t, 1, h.fake.statusCalls()-before, "a live status")
+	assert.Equal(t, pulls0, pulls1, "still answered from the record")
+}

@@ -64,6 +64,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		}
 	}
 
+	if s.hidden != nil {
+		s.hidden.forget(image) // the pull may move the tag
+	}
 	if err := s.tracker.RecordPullIntent(image); err != nil {
 		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
 		countDecision("PullImage", "failed", 0)
@@ -94,30 +97,38 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 // fromRecord answers a pull from the records when cred's keyed hash
 // already pulled the present image under this name.
 func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, cred credential.Credential) (string, bool) {
-	if s.hidden != nil && !s.hidden.recent(spec.GetImage(), s.clock.Now()) {
-		logger.V(2).Info("Forwarding the pull: no ImageStatus reported the image absent before it, so the kubelet pulls it with policy Always")
-		return "", false
+	var id string
+	var names []string
+	if s.hidden != nil {
+		var ok bool
+		ok, id, names = s.hidden.recent(spec.GetImage(), s.clock.Now())
+		if !ok {
+			logger.V(2).Info("Forwarding the pull: no ImageStatus reported the image absent before it, so the kubelet pulls it with policy Always")
+			return "", false
+		}
 	}
-	resp, err := s.backend.ImageStatus(ctx, spec, false)
-	if err != nil || resp.GetImage() == nil {
-		// Absent, or unknown: the pull decides.
-		return "", false
+	if id == "" {
+		resp, err := s.backend.ImageStatus(ctx, spec, false)
+		if err != nil || resp.GetImage() == nil {
+			// Absent, or unknown: the pull decides.
+			return "", false
+		}
+		id, names = resp.GetImage().GetId(), pgruntime.ImageNames(resp.GetImage())
 	}
-	img := resp.GetImage()
 	d := s.tracker.Decide(credtracker.Request{
 		Image:       spec.GetImage(),
 		PullPolicy:  corev1.PullIfNotPresent,
-		ImageRef:    img.GetId(),
-		Names:       pgruntime.ImageNames(img),
+		ImageRef:    id,
+		Names:       names,
 		Credentials: func() []credential.Credential { return []credential.Credential{cred} },
 	})
 	if d.Action != credtracker.UseImage || d.Reason != credtracker.ReasonCredentialMatch {
-		logger.V(2).Info("Forwarding the pull: the registry decides", "imageRef", img.GetId(), "reason", d.Reason)
+		logger.V(2).Info("Forwarding the pull: the registry decides", "imageRef", id, "reason", d.Reason)
 		return "", false
 	}
 	countDecision("PullImage", "answered", d.Reason)
-	logger.V(2).Info("Answered the pull from the records, with no registry contact", "imageRef", img.GetId(), "reason", d.Reason)
-	return img.GetId(), true
+	logger.V(2).Info("Answered the pull from the records, with no registry contact", "imageRef", id, "reason", d.Reason)
+	return id, true
 }
 
 // pullFailed resolves the intent of a failed pull. When the pull ended

@@ -200,6 +200,9 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 	if err := s.backend.RemoveImage(ctx, req.GetImage()); err != nil {
 		return nil, backendError("RemoveImage", err)
 	}
+	if s.hidden != nil {
+		s.hidden.forgetAll()
+	}
 	if n, err := s.Prune(ctx); err != nil {
 		s.logger.Error(err, "Failed to prune the records of removed images", "image", req.GetImage().GetImage())
 	} else if n > 0 {

@@ -36,11 +36,12 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	if img == nil {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
+	names := pgruntime.ImageNames(img)
 	d := s.tracker.Decide(credtracker.Request{
 		Image:      spec.GetImage(),
 		PullPolicy: corev1.PullIfNotPresent,
 		ImageRef:   img.GetId(),
-		Names:      pgruntime.ImageNames(img),
+		Names:      names,
 	})
 	if d.Action == credtracker.UseImage {
 		countDecision("ImageStatus", "present", d.Reason)
@@ -48,7 +49,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		return resp, nil
 	}
 	if s.hidden != nil {
-		s.hidden.mark(spec.GetImage(), s.clock.Now())
+		s.hidden.mark(spec.GetImage(), s.clock.Now(), img.GetId(), names)
 	}
 	countDecision("ImageStatus", "hidden", d.Reason)
 	s.logger.V(2).Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
