@@ -23,6 +23,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/featuregates"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/node"
@@ -125,6 +126,7 @@ func (o *serveOptions) check() (checkedServe, error) {
 		if kc, err = node.LoadKubeletConfig(o.config); err != nil {
 			return c, err
 		}
+		kc.FeatureGates = pullguardGates(kc.FeatureGates)
 	}
 	if c.settings, err = node.ResolveSettings(kc, node.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
 		return c, err
@@ -136,6 +138,24 @@ func (o *serveOptions) check() (checkedServe, error) {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
 	}
 	return c, nil
+}
+
+// pullguardGates keeps, of the kubelet's configured feature gates, the
+// ones pullguard knows: the file is the kubelet's, and its other gates are
+// none of pullguard's business (a gate pullguard does not know is still an
+// error in --feature-gates).
+func pullguardGates(gates map[string]bool) map[string]bool {
+	known := map[string]bool{}
+	for _, g := range featuregates.Known() {
+		known[g] = true
+	}
+	out := map[string]bool{}
+	for g, v := range gates {
+		if known[g] {
+			out[g] = v
+		}
+	}
+	return out
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {

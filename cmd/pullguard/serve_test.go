@@ -213,6 +213,25 @@ func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
 	require.Equal(t, 0, d.stop(t))
 }
 
+// TestServeReadsTheKubeletsConfig: serve reads the kubelet's own
+// configuration file, whose other feature gates and fields it ignores.
+func TestServeReadsTheKubeletsConfig(t *testing.T) {
+	dir := shortDir(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+imageServiceEndpoint: unix:///run/pullguard/pullguard.sock
+cgroupDriver: systemd
+featureGates:
+  RotateKubeletServerCertificate: true
+  KubeletEnsureSecretPulledImages: false
+`), 0o600))
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0", "--config", cfg)
+	assert.Contains(t, d.out.String(), "KubeletEnsureSecretPulledImages is off", "the file's gate is read")
+	require.Equal(t, 0, d.stop(t))
+}
+
 func TestServeBadInput(t *testing.T) {
 	dir := shortDir(t)
 	root := filepath.Join(dir, "root")
