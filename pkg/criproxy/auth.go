@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/pkg/credential"
@@ -82,7 +83,8 @@ func decodeAuth(s string) (user, pass string, ok bool) {
 // shows where it came from, and deleting the namespace can forget it. It
 // is matched by hash only: the proxy never presents coordinates.
 func recordSource(namespace string, h credential.Hash) credential.Source {
-	if namespace == "" {
+	if len(validation.IsDNS1123Label(namespace)) > 0 {
+		// No pod, or not a namespace the kubelet would send.
 		namespace = NoNamespace
 	}
 	return credential.Source{Kind: credential.SourceSecret, Namespace: namespace, Name: SourceNamePrefix + h.String()}

@@ -2,6 +2,7 @@ package criproxy
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,5 +69,7 @@ func TestRecordSource(t *testing.T) {
 	assert.False(t, src.NodeAccessible(), "a CRI credential is never node-wide")
 	assert.Equal(t, "team-a", src.Namespace)
 	assert.Equal(t, SourceNamePrefix+hash.String(), src.Name)
-	assert.Equal(t, NoNamespace, recordSource("", hash).Namespace)
+	for _, bad := range []string{"", "Not_A_Namespace", strings.Repeat("a", 64), "a/b"} {
+		assert.Equal(t, NoNamespace, recordSource(bad, hash).Namespace, "%q", bad)
+	}
 }
