@@ -45,7 +45,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	})
 	if d.Action == credtracker.UseImage {
 		countDecision("ImageStatus", "present", d.Reason)
-		s.logger.V(3).Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
+		s.logger.V(2).Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
 		return resp, nil
 	}
 	if s.hidden != nil {
