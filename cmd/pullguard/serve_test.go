@@ -257,3 +257,78 @@ func TestServeBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestServeSIGTERMDuringPull: a pull in flight when SIGTERM arrives
+// finishes and is recorded before the daemon exits, and the socket is
+// removed.
+func TestServeSIGTERMDuringPull(t *testing.T) {
+	w := newWorld(t)
+	// A gate in front of the registry holds blob downloads until released.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gate := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			once.Do(func() { close(blocked) })
+			<-release
+		}
+		w.reg.ServeHTTP(rw, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = gate.Serve(l) }()
+	defer gate.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	host := l.Addr().String()
+
+	dir := shortDir(t)
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+	manifest := filepath.Join(dir, "pod.yaml")
+	require.NoError(t, os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Secret
+metadata: {name: regcred, namespace: team-a}
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '{"auths":{"`+host+`":{"username":"alice","password":"`+passwords["alice"]+`"}}}'
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: team-a}
+spec:
+  imagePullSecrets: [{name: regcred}]
+  containers: [{name: app, image: "`+host+`/team-a/app:v1"}]
+`), 0o600))
+	run := exec.Command(binary, "run", "-f", manifest, "--root-dir", filepath.Join(dir, "kubelet"),
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	var out, errOut bytes.Buffer
+	run.Stdout, run.Stderr = &out, &errOut
+	require.NoError(t, run.Start())
+	<-blocked
+
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+	for !strings.Contains(d.out.String(), "Shutting down") {
+		select {
+		case <-d.out.ch:
+		case <-d.done:
+			t.Fatalf("serve exited with a pull in flight: %s", d.out.String())
+		}
+	}
+	close(release)
+	// The client's own calls after the pull (it asks ImageStatus for the
+	// image's ID) find the socket closed: serve takes no new call after
+	// SIGTERM. The pull itself finished.
+	_ = run.Wait()
+	assert.Contains(t, out.String()+errOut.String(), "Successfully pulled image", "the pull in flight finished")
+	<-d.done
+	assert.Equal(t, 0, d.cmd.ProcessState.ExitCode())
+	assert.NoFileExists(t, d.socket)
+	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	assert.Contains(t, recs.stdout, "cri-auth-", "the pull was recorded before the store closed")
+	assert.Contains(t, recs.stdout, "team-a/app")
+}
