@@ -262,7 +262,7 @@ func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (cri
 	if o.backend == "" || o.backend == EmbeddedEndpoint {
 		return pgruntime.NewEmbedded(filepath.Join(o.rootDir, node.RuntimeDir), pgruntime.WithLogger(logger))
 	}
-	return pgruntime.NewRemote(ctx, o.backend, o.timeout)
+	return criproxy.DialBackend(ctx, o.backend, o.timeout)
 }
 
 func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend criproxy.Backend, logger klog.Logger) (credtracker.Tracker, *credential.Hasher, error) {

@@ -32,7 +32,7 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	defer direct.Close(ctx)
 
-	backend, err := pgruntime.NewRemote(ctx, "unix://"+runtime.socket, time.Minute)
+	backend, err := criproxy.DialBackend(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer backend.Close(ctx)
 	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, criproxy.Inventory(backend))

@@ -58,7 +58,7 @@ func newBenchProxy() (*benchProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend, err := pgruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
+	backend, err := criproxy.DialBackend(ctx, h.containerd.endpoint(), time.Minute)
 	if err != nil {
 		return nil, err
 	}
