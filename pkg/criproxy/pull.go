@@ -44,10 +44,10 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	im, err := keyring.ParseImage(image)
 	if err != nil {
-		return nil, invalid("PullImage: image %q is not a valid image reference", image)
+		return nil, invalid("PullImage: image %q is not a valid image reference", truncate(image, 256))
 	}
 	if _, err := credtracker.RepositoryName(image); err != nil {
-		return nil, invalid("PullImage: image %q is not a valid image reference", image)
+		return nil, invalid("PullImage: image %q is not a valid image reference", truncate(image, 256))
 	}
 	meta := req.GetSandboxConfig().GetMetadata()
 	logger := s.logger.WithValues("image", image, "pod", klog.KRef(meta.GetNamespace(), meta.GetName()), "podUID", meta.GetUid())
@@ -158,12 +158,18 @@ func (s *Server) pullFailed(ctx context.Context, logger klog.Logger, spec *runti
 	logger.V(2).Info("The runtime's pull failed", "err", pullErr.Error())
 }
 
-// imageID returns the image's ID as ImageStatus reports it (the key of
-// the records), or ref when the image cannot be found.
+// imageID returns the pulled image's ID as ImageStatus reports it (the key
+// of the records): asked by the ref the pull returned (which a concurrent
+// pull of the same tag cannot move), else by name, else ref itself.
 func (s *Server) imageID(ctx context.Context, spec *runtimeapi.ImageSpec, ref string) string {
-	resp, err := s.backend.ImageStatus(ctx, spec, false)
-	if err == nil && resp.GetImage().GetId() != "" {
-		return resp.GetImage().GetId()
+	for _, q := range []*runtimeapi.ImageSpec{{Image: ref, Annotations: spec.GetAnnotations(), RuntimeHandler: spec.GetRuntimeHandler()}, spec} {
+		if q.GetImage() == "" {
+			continue
+		}
+		resp, err := s.backend.ImageStatus(ctx, q, false)
+		if err == nil && resp.GetImage().GetId() != "" {
+			return resp.GetImage().GetId()
+		}
 	}
 	return ref
 }
