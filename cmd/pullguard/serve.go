@@ -86,7 +86,7 @@ socket removed.`,
 	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file (featureGates, imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist)")
 	f.StringVar(&o.featureGates, "feature-gates", "", "feature gates, such as KubeletEnsureSecretPulledImages=false (a pass-through proxy)")
 	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10258", `address for /metrics and /healthz; "" or "0" turns them off`)
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10264", `address for /metrics and /healthz; "" or "0" turns them off`)
 	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
