@@ -291,3 +291,24 @@ func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
 	assert.Equal(t, 1, h.fake.statusCalls()-before, "a live status")
 	assert.Equal(t, pulls0, pulls1, "still answered from the record")
 }
+
+// TestPodWithSeveralCredentials follows the kubelet for a pod with two
+// pull secrets: one ImageStatus ("absent"), then PullImage with each
+// credential in turn until one succeeds. The first (another account) goes
+// to the registry and is refused; the second, recorded, is answered.
+func TestPodWithSeveralCredentials(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
+	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+
+	require.False(t, h.present(t, reg+"/team-a/app:v1"))
+	m0, _, _ := h.fake.counts()
+	_, err = h.pullAlways(t, "a", reg+"/team-a/app:v1", "old", "secret")
+	require.Error(t, err)
+	ref, err := h.pullAlways(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.NoError(t, err)
+	assert.Equal(t, id(1), ref)
+	m1, _, _ := h.fake.counts()
+	assert.Equal(t, 1, m1-m0, "only the refused credential reached the registry")
+}
