@@ -75,6 +75,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand())
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/criproxy"
 )
 
 var registerOnce sync.Once
@@ -31,6 +32,7 @@ func registerMetrics() {
 		all = append(all, credtracker.Metrics()...)
 		all = append(all, imagemanager.Metrics()...)
 		all = append(all, credentialprovider.Metrics()...)
+		all = append(all, criproxy.Metrics()...)
 		for _, m := range all {
 			if err := legacyregistry.Register(m); err != nil {
 				var already prometheus.AlreadyRegisteredError

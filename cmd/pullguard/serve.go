@@ -1,0 +1,328 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"k8s.io/component-base/metrics/legacyregistry"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/featuregates"
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/node"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// EmbeddedEndpoint is the --image-service-endpoint value (as is an empty
+// one) that makes serve forward to pullguard's embedded runtime, under
+// <root-dir>/runtime: a way to try serve with nothing installed.
+const EmbeddedEndpoint = "embedded"
+
+type serveOptions struct {
+	listen         string
+	backend        string
+	rootDir        string
+	config         string
+	featureGates   string
+	policy         string
+	metricsAddr    string
+	kubeletRootDir string
+	unrecorded     string
+	grace          time.Duration
+	timeout        time.Duration
+	answerWindow   time.Duration
+}
+
+func newServeCommand() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve the CRI image service between a kubelet and the container runtime, enforcing the protection",
+		Long: `serve is a daemon for a real node: it serves runtime.v1.ImageService on a unix
+socket and forwards to the container runtime. Point the kubelet's
+imageServiceEndpoint (--image-service-endpoint) at --listen; the kubelet's
+containerRuntimeEndpoint stays on the runtime.
+
+An image that some pod could not use without credentials is reported absent by
+ImageStatus, so the kubelet pulls it with the pod's credentials: a credential
+that already pulled it gets the image at once, any other is checked by the
+registry (manifest only). See docs/serve.md.
+
+It runs until SIGTERM or SIGINT: then in-flight pulls finish (or resolve their
+intents after --shutdown-grace-period), the record store is closed and the
+socket removed.`,
+		Example: `  pullguard serve --listen unix:///run/pullguard/pullguard.sock \
+    --image-service-endpoint unix:///run/containerd/containerd.sock \
+    --root-dir /var/lib/pullguard --config /var/lib/kubelet/config.yaml
+
+  # Try it with the embedded runtime, nothing installed
+  pullguard serve --listen unix:///tmp/pg.sock --root-dir /tmp/pg --image-service-endpoint embedded`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.run(cmd.Context(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on")
+	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
+	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
+	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file (featureGates, imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist)")
+	f.StringVar(&o.featureGates, "feature-gates", "", "feature gates, such as KubeletEnsureSecretPulledImages=false (a pass-through proxy)")
+	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10264", `address for /metrics and /healthz; "" or "0" turns them off`)
+	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
+	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
+	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
+	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pull is answered from a record only this long after ImageStatus reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
+	f.DurationVar(&o.timeout, "runtime-request-timeout", pgruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
+	return cmd
+}
+
+// checkedServe is everything serve checked before touching any state.
+type checkedServe struct {
+	socket     string
+	settings   node.Settings
+	unrecorded criproxy.UnrecordedImages
+}
+
+func (o *serveOptions) check() (checkedServe, error) {
+	var c checkedServe
+	ep, err := pgruntime.ParseEndpoint(o.listen)
+	if err != nil {
+		return c, fmt.Errorf("--listen: %w", err)
+	}
+	c.socket = strings.TrimPrefix(ep, "unix://")
+	if o.backend != "" && o.backend != EmbeddedEndpoint {
+		bep, err := pgruntime.ParseEndpoint(o.backend)
+		if err != nil {
+			return c, fmt.Errorf("--image-service-endpoint: %w", err)
+		}
+		if bep == ep {
+			return c, errors.New("--image-service-endpoint must not be --listen: serve would forward to itself")
+		}
+	}
+	if o.rootDir == "" {
+		return c, errors.New("--root-dir is required")
+	}
+	var kc *kubeletconfig.KubeletConfiguration
+	if o.config != "" {
+		if kc, err = node.LoadKubeletConfig(o.config); err != nil {
+			return c, err
+		}
+		kc.FeatureGates = pullguardGates(kc.FeatureGates)
+	}
+	if c.settings, err = node.ResolveSettings(kc, node.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
+		return c, err
+	}
+	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
+		return c, fmt.Errorf("--unrecorded-images: %w", err)
+	}
+	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
+		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
+	}
+	return c, nil
+}
+
+// pullguardGates keeps, of the kubelet's configured feature gates, the
+// ones pullguard knows: the file is the kubelet's, and its other gates are
+// none of pullguard's business (a gate pullguard does not know is still an
+// error in --feature-gates).
+func pullguardGates(gates map[string]bool) map[string]bool {
+	known := map[string]bool{}
+	for _, g := range featuregates.Known() {
+		known[g] = true
+	}
+	out := map[string]bool{}
+	for g, v := range gates {
+		if known[g] {
+			out[g] = v
+		}
+	}
+	return out
+}
+
+func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
+	c, err := o.check()
+	if err != nil {
+		return err
+	}
+	logger := klog.Background().WithName("serve")
+	if o.metricsAddr != "" && o.metricsAddr != "0" {
+		// Before the tracker starts, so that its start-up gauges count.
+		registerMetrics()
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	// The lock first: nothing under the root directory is touched while
+	// another serve holds it.
+	lock, err := criproxy.LockRoot(o.rootDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	// Then the socket: a second instance on another root directory is
+	// refused before it touches its state. A kubelet that connects before
+	// the records are loaded waits for the first answer.
+	lis, err := criproxy.Listen(c.socket)
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
+
+	backend, err := o.openBackend(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer backend.Close(context.Background())
+
+	tracker, hasher, err := o.openTracker(ctx, c, backend, logger)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := tracker.Close(); err != nil {
+			logger.Error(err, "Failed to close the record store")
+		}
+	}()
+
+	srv, err := criproxy.New(backend, tracker, hasher, criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow))
+	if err != nil {
+		return err
+	}
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(criproxy.UnaryInterceptor(logger)),
+		grpc.ChainStreamInterceptor(criproxy.StreamInterceptor(logger)),
+		grpc.MaxRecvMsgSize(16<<20),
+	)
+	runtimeapi.RegisterImageServiceServer(gs, srv)
+
+	metricsSrv, err := o.serveMetrics(backend, logger)
+	if err != nil {
+		return err
+	}
+	if metricsSrv != nil {
+		defer metricsSrv.Close()
+	}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
+	fmt.Fprintf(stderr, "pullguard: serving on unix://%s\n", c.socket)
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("the gRPC server stopped: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("Shutting down: letting in-flight pulls finish", "gracePeriod", o.grace)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(o.grace):
+		logger.Info("Grace period over: cancelling the pulls still in flight")
+		gs.Stop()
+	}
+	// Handlers of cancelled pulls still resolve their intents.
+	drainCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Drain(drainCtx); err != nil {
+		logger.Error(err, "Some pulls did not resolve their intents; the next start treats them as interrupted")
+	}
+	logger.Info("Stopped")
+	return nil
+}
+
+func (o *serveOptions) backendName() string {
+	if o.backend == "" || o.backend == EmbeddedEndpoint {
+		return "embedded:" + filepath.Join(o.rootDir, node.RuntimeDir)
+	}
+	return o.backend
+}
+
+func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (criproxy.Backend, error) {
+	if o.backend == "" || o.backend == EmbeddedEndpoint {
+		return pgruntime.NewEmbedded(filepath.Join(o.rootDir, node.RuntimeDir), pgruntime.WithLogger(logger))
+	}
+	return criproxy.DialBackend(ctx, o.backend, o.timeout)
+}
+
+func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend criproxy.Backend, logger klog.Logger) (credtracker.Tracker, *credential.Hasher, error) {
+	if !c.settings.Gates.EnsureSecretPulledImages {
+		key := make([]byte, credential.KeySize)
+		if _, err := rand.Read(key); err != nil {
+			return nil, nil, err
+		}
+		h, err := credential.NewHasher(key)
+		logger.Info("KubeletEnsureSecretPulledImages is off: serving as a plain pass-through proxy")
+		return credtracker.Disabled(), h, err
+	}
+	inv := criproxy.Inventory(backend)
+	tr, err := credtracker.New(ctx, credtracker.Config{
+		Dir:       filepath.Join(o.rootDir, node.TrackerDir),
+		Policy:    c.settings.Policy,
+		Allowlist: c.settings.Allowlist,
+	}, inv, credtracker.WithLogger(logger))
+	if err != nil {
+		return nil, nil, err
+	}
+	imp, ok := tr.(credtracker.Importer)
+	if !ok {
+		tr.Close()
+		return nil, nil, errors.New("the credential tracker cannot import records")
+	}
+	if _, err := criproxy.SwitchOver(ctx, imp, inv, o.rootDir, o.kubeletRootDir, c.unrecorded, time.Now(), logger); err != nil {
+		tr.Close()
+		return nil, nil, err
+	}
+	return tr, tr.Hasher(), nil
+}
+
+// serveMetrics serves /metrics and /healthz, or nothing when the address
+// is "" or "0".
+func (o *serveOptions) serveMetrics(backend criproxy.Backend, logger klog.Logger) (*http.Server, error) {
+	if o.metricsAddr == "" || o.metricsAddr == "0" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", legacyregistry.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := backend.ImageFsInfo(ctx); err != nil {
+			http.Error(w, "image service backend unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(err, "The metrics server stopped")
+		}
+	}()
+	logger.Info("Serving /metrics and /healthz", "address", l.Addr().String())
+	return srv, nil
+}

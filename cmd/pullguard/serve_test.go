@@ -1,0 +1,334 @@
+package main_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/registry"
+)
+
+// daemon is a running `pullguard serve`.
+type daemon struct {
+	cmd     *exec.Cmd
+	socket  string
+	root    string
+	out     *lockedBuffer
+	done    chan struct{}
+	metrics string // host:port of /metrics and /healthz
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	ch  chan struct{} // signalled on every write
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, err := b.buf.Write(p)
+	select {
+	case b.ch <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// shortDir is a directory for sockets (their paths are limited to 107
+// bytes), removed at the end of the test.
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "pgserve")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+var metricsAddr = regexp.MustCompile(`"Serving /metrics and /healthz".*address="([^"]+)"`)
+
+// startServe starts `pullguard serve` and waits until it serves (it prints
+// "pullguard: serving on" to standard error); the process is killed at the
+// end of the test if it still runs.
+func startServe(t *testing.T, socket, root string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{socket: socket, root: root, out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
+	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"), "-v=2"}, args...)
+	d.cmd = exec.Command(binary, all...)
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	require.NoError(t, d.cmd.Start())
+	go func() { _ = d.cmd.Wait(); close(d.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-d.done:
+		default:
+			_ = d.cmd.Process.Kill()
+			<-d.done
+		}
+		for _, pw := range passwords {
+			assert.NotContains(t, d.out.String(), pw, "a password was logged")
+		}
+	})
+	deadline := time.After(30 * time.Second)
+	for !strings.Contains(d.out.String(), "pullguard: serving on") {
+		select {
+		case <-d.out.ch:
+		case <-d.done:
+			t.Fatalf("serve exited: %s", d.out.String())
+		case <-deadline:
+			t.Fatalf("serve did not start: %s", d.out.String())
+		}
+	}
+	if m := metricsAddr.FindStringSubmatch(d.out.String()); m != nil {
+		d.metrics = m[1]
+	}
+	return d
+}
+
+// stop sends SIGTERM and waits for the exit code.
+func (d *daemon) stop(t *testing.T) int {
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-d.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
+func (d *daemon) get(t *testing.T, path string) (int, string) {
+	resp, err := http.Get("http://" + d.metrics + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// TestServeDrivenByRun runs the tenants' pods with `pullguard run` as a
+// kubelet without its own gate, through a running `pullguard serve` on the
+// embedded runtime: the proxy alone protects the image.
+func TestServeDrivenByRun(t *testing.T) {
+	w := newWorld(t)
+	dir := shortDir(t)
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded")
+
+	fi, err := os.Stat(d.socket)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "socket mode")
+	code, body := d.get(t, "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok", body)
+
+	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	require.Equal(t, 0, res.code, res.stderr)
+	doc := decodeRun(t, res.stdout)
+	got := map[string]string{}
+	for _, r := range doc.Results {
+		got[r.Pod+"/"+r.Container] = r.Error
+	}
+	assert.Equal(t, map[string]string{
+		"team-a/app-1/app":          "",
+		"team-b/intruder/app":       "ErrImagePull",
+		"team-b/intruder-never/app": "ErrImageNeverPull",
+		"team-a/app-2/app":          "",
+		"team-c/app/init":           "",
+		"team-c/app/app":            "",
+	}, got)
+	assert.Positive(t, w.reg.Count(registry.Filter{Kind: registry.KindBlob, Repository: "team-a/app", User: "alice"}), "tenant A downloaded the image")
+	assert.Zero(t, w.reg.Count(registry.Filter{Kind: registry.KindBlob, Repository: "team-a/app", User: "carol"}), "tenant C was verified with the manifest only")
+	assert.Zero(t, w.reg.Count(registry.Filter{Kind: registry.KindBlob, Repository: "team-a/app", Anonymous: true, Status: http.StatusOK}), "tenant B got nothing")
+
+	// Tenant A once more: answered from the record, no registry request.
+	w.reg.Reset()
+	res = pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Zero(t, w.reg.Count(registry.Filter{Repository: "team-a/app", User: "alice"}), "tenant A's pods reach no registry")
+	assert.Zero(t, w.reg.Count(registry.Filter{Kind: registry.KindBlob}), "no blob is downloaded again")
+
+	code, body = d.get(t, "/metrics")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `pullguard_criproxy_decisions_total{method="PullImage",outcome="answered",reason="credential_match"}`)
+	assert.Contains(t, body, "pullguard_criproxy_requests_total")
+	assert.Contains(t, body, "pullguard_credtracker_records")
+
+	require.Equal(t, 0, d.stop(t))
+	assert.NoFileExists(t, d.socket, "the socket is removed on SIGTERM")
+	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	assert.Contains(t, recs.stdout, "cri-auth-", "the store was closed cleanly and holds the CRI credential's entry")
+}
+
+func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
+	dir := shortDir(t)
+	socket := filepath.Join(dir, "pg.sock")
+	root := filepath.Join(dir, "root")
+
+	// A stale socket (its server gone, the file left) is replaced.
+	stale, err := net.Listen("unix", socket)
+	require.NoError(t, err)
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, stale.Close())
+	d := startServe(t, socket, root, "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+
+	// A second instance on the same root directory is refused.
+	res := pullguard(t, "serve", "--listen", "unix://"+filepath.Join(dir, "other.sock"), "--root-dir", root, "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+	assert.NotEqual(t, 0, res.code)
+	assert.Contains(t, res.stderr, "in use by another process")
+	// Another root directory on the same, live, socket is refused too,
+	// before it writes any state.
+	other := filepath.Join(dir, "root2")
+	res = pullguard(t, "serve", "--listen", "unix://"+socket, "--root-dir", other, "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+	assert.NotEqual(t, 0, res.code)
+	assert.Contains(t, res.stderr, "in use by another process")
+	assert.NoDirExists(t, filepath.Join(other, "credtracker"))
+
+	// The first one still serves; it stops cleanly, and the root
+	// directory can be used again.
+	c, err := net.Dial("unix", socket)
+	require.NoError(t, err)
+	c.Close()
+	require.Equal(t, 0, d.stop(t))
+	d = startServe(t, socket, root, "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+	require.Equal(t, 0, d.stop(t))
+}
+
+// TestServeReadsTheKubeletsConfig: serve reads the kubelet's own
+// configuration file, whose other feature gates and fields it ignores.
+func TestServeReadsTheKubeletsConfig(t *testing.T) {
+	dir := shortDir(t)
+	cfg := filepath.Join(dir, "config.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+imageServiceEndpoint: unix:///run/pullguard/pullguard.sock
+cgroupDriver: systemd
+featureGates:
+  RotateKubeletServerCertificate: true
+  KubeletEnsureSecretPulledImages: false
+`), 0o600))
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0", "--config", cfg)
+	assert.Contains(t, d.out.String(), "KubeletEnsureSecretPulledImages is off", "the file's gate is read")
+	require.Equal(t, 0, d.stop(t))
+}
+
+func TestServeBadInput(t *testing.T) {
+	dir := shortDir(t)
+	root := filepath.Join(dir, "root")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad policy", []string{"--image-pull-credentials-verification-policy", "Sometimes"}, "Sometimes"},
+		{"bad gate", []string{"--feature-gates", "NoSuchGate=true"}, "NoSuchGate"},
+		{"tcp listen", []string{"--listen", "tcp://127.0.0.1:1"}, "--listen"},
+		{"forward to itself", []string{"--image-service-endpoint", "unix://" + filepath.Join(dir, "pg.sock")}, "forward to itself"},
+		{"bad unrecorded-images", []string{"--unrecorded-images", "maybe"}, "maybe"},
+		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"serve", "--listen", "unix://" + filepath.Join(dir, "pg.sock"), "--root-dir", root, "--metrics-bind-address", "0"}, tc.args...)
+			res := pullguard(t, args...)
+			assert.NotEqual(t, 0, res.code)
+			assert.Contains(t, res.stderr, tc.want)
+			assert.NoDirExists(t, root, "bad input changes no state")
+		})
+	}
+}
+
+// TestServeSIGTERMDuringPull: a pull in flight when SIGTERM arrives
+// finishes and is recorded before the daemon exits, and the socket is
+// removed.
+func TestServeSIGTERMDuringPull(t *testing.T) {
+	w := newWorld(t)
+	// A gate in front of the registry holds blob downloads until released.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gate := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/blobs/") {
+			once.Do(func() { close(blocked) })
+			<-release
+		}
+		w.reg.ServeHTTP(rw, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = gate.Serve(l) }()
+	defer gate.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	host := l.Addr().String()
+
+	dir := shortDir(t)
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0")
+	manifest := filepath.Join(dir, "pod.yaml")
+	require.NoError(t, os.WriteFile(manifest, []byte(`apiVersion: v1
+kind: Secret
+metadata: {name: regcred, namespace: team-a}
+type: kubernetes.io/dockerconfigjson
+stringData:
+  .dockerconfigjson: '{"auths":{"`+host+`":{"username":"alice","password":"`+passwords["alice"]+`"}}}'
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: app, namespace: team-a}
+spec:
+  imagePullSecrets: [{name: regcred}]
+  containers: [{name: app, image: "`+host+`/team-a/app:v1"}]
+`), 0o600))
+	run := exec.Command(binary, "run", "-f", manifest, "--root-dir", filepath.Join(dir, "kubelet"),
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	var out, errOut bytes.Buffer
+	run.Stdout, run.Stderr = &out, &errOut
+	require.NoError(t, run.Start())
+	<-blocked
+
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+	for !strings.Contains(d.out.String(), "Shutting down") {
+		select {
+		case <-d.out.ch:
+		case <-d.done:
+			t.Fatalf("serve exited with a pull in flight: %s", d.out.String())
+		}
+	}
+	close(release)
+	// The client's own calls after the pull (it asks ImageStatus for the
+	// image's ID) find the socket closed: serve takes no new call after
+	// SIGTERM. The pull itself finished.
+	_ = run.Wait()
+	assert.Contains(t, out.String()+errOut.String(), "Successfully pulled image", "the pull in flight finished")
+	<-d.done
+	assert.Equal(t, 0, d.cmd.ProcessState.ExitCode())
+	assert.NoFileExists(t, d.socket)
+	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	assert.Contains(t, recs.stdout, "cri-auth-", "the pull was recorded before the store closed")
+	assert.Contains(t, recs.stdout, "team-a/app")
+}

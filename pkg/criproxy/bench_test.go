@@ -1,0 +1,74 @@
+package criproxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/criproxy"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// BenchmarkProxy measures what the proxy adds to a call, with the fake
+// runtime served over gRPC as a real one is: "runtime" calls it directly,
+// "proxy" calls it through the proxy (one more gRPC hop and the decision).
+// "pull-from-record" is a PullImage answered from a record right after
+// ImageStatus reported the image absent (the kubelet's IfNotPresent path).
+func BenchmarkProxy(b *testing.B) {
+	runtime := &harness{fake: newFakeBackend(), socket: socketDir(b) + "/runtime.sock"}
+	runtime.fake.publish(b, reg+"/team-a/app:v1", id(1), "alice:pw")
+	hasher, err := credential.NewHasher(make([]byte, credential.KeySize))
+	require.NoError(b, err)
+	runtime.server, err = criproxy.New(runtime.fake, credtracker.Disabled(), hasher)
+	require.NoError(b, err)
+	runtime.serve(b)
+	ctx := context.Background()
+	direct, err := pgruntime.NewRemote(ctx, "unix://"+runtime.socket, time.Minute)
+	require.NoError(b, err)
+	defer direct.Close(ctx)
+
+	backend, err := criproxy.DialBackend(ctx, "unix://"+runtime.socket, time.Minute)
+	require.NoError(b, err)
+	defer backend.Close(ctx)
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, criproxy.Inventory(backend))
+	require.NoError(b, err)
+	defer tr.Close()
+	srv, err := criproxy.New(backend, tr, tr.Hasher())
+	require.NoError(b, err)
+	proxy := &harness{server: srv, socket: socketDir(b) + "/pg.sock"}
+	proxy.serve(b)
+	client, err := pgruntime.NewRemote(ctx, "unix://"+proxy.socket, time.Minute)
+	require.NoError(b, err)
+	defer client.Close(ctx)
+
+	spec := &runtimeapi.ImageSpec{Image: reg + "/team-a/app:v1"}
+	auth := &runtimeapi.AuthConfig{Username: "alice", Password: "pw"}
+	_, err = client.PullImage(ctx, spec, auth, pod("a", "p"))
+	require.NoError(b, err)
+
+	b.Run("ImageStatus/runtime", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = direct.ImageStatus(ctx, spec, false)
+		}
+	})
+	b.Run("ImageStatus/proxy", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = client.ImageStatus(ctx, spec, false)
+		}
+	})
+	b.Run("PullImage/from-record", func(b *testing.B) {
+		for b.Loop() {
+			if st, _ := client.ImageStatus(ctx, spec, false); st.GetImage() != nil {
+				b.Fatal("a credential-pulled image was reported present")
+			}
+			if _, err := client.PullImage(ctx, spec, auth, pod("a", "p")); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

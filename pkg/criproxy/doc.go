@@ -1,0 +1,29 @@
+// Package criproxy is pullguard's CRI image service for a real kubelet.
+//
+// A Server serves runtime.v1.ImageService and forwards every call to a
+// backend image service (the node's container runtime, through
+// k8s.io/cri-client, or pullguard's embedded runtime). It sits beside the
+// image manager in the package graph and applies the same rules, those of
+// the credential tracker (credtracker), with what the CRI carries:
+//
+//   - ImageStatus carries no pod and no credential, so an image that some
+//     pod could not use without credentials (pulled by this node under the
+//     asked name with a credential that is not node-wide, of unknown
+//     origin, or needing verification under the policy) is reported
+//     absent. The kubelet then calls PullImage with each of the pod's
+//     credentials, as for an absent image. Images free to every pod
+//     (node-accessible, or preloaded under the policy) are reported as
+//     they are.
+//   - PullImage carries the pod (sandbox_config.metadata) and one
+//     credential (auth). A credential whose keyed hash already pulled the
+//     image under the asked name gets the image's ref with no registry
+//     contact; anything else is forwarded, after a durable pull intent, and
+//     a success is recorded.
+//   - RemoveImage prunes the records of images that are gone.
+//   - ListImages, ImageFsInfo and StreamImages pass through.
+//
+// Errors of the backend keep their gRPC code; a backend that cannot be
+// reached gives Unavailable (the gRPC client reconnects by itself);
+// malformed requests give InvalidArgument. No credential is ever logged or
+// returned.
+package criproxy

@@ -1,0 +1,112 @@
+package criproxy
+
+import (
+	"sync"
+	"time"
+
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// DefaultAnswerWindow is how long after ImageStatus reported a present
+// image absent a PullImage of that image may be answered from a record.
+// The kubelet asks ImageStatus first only for IfNotPresent and Never
+// containers; it pulls Always containers without asking. So a pull that
+// follows no such answer is an Always pull: it is forwarded, so that the
+// registry is asked and a moved tag is followed, as the kubelet's own
+// implementation does for Always. The window is long because the
+// kubelet's pulls may queue behind others (serializeImagePulls).
+const DefaultAnswerWindow = 10 * time.Minute
+
+// maxHidden bounds the images remembered as recently reported absent.
+const maxHidden = 10000
+
+// statusTTL is how long the image status behind an "absent" answer is
+// reused by the PullImage that follows it (the kubelet pulls right after
+// asking, unless its pulls queue), instead of asking the runtime again.
+// A stale status costs nothing unsafe: the decision still needs a record
+// of this credential for that image under this name.
+const statusTTL = 10 * time.Second
+
+// hiddenSet remembers when ImageStatus last reported each image absent
+// although it was present, and the runtime's ID and names for it then.
+type hiddenSet struct {
+	mu     sync.Mutex
+	at     map[string]hiddenEntry
+	window time.Duration
+}
+
+type hiddenEntry struct {
+	at    time.Time
+	id    string
+	names []string
+}
+
+func newHiddenSet(window time.Duration) *hiddenSet {
+	return &hiddenSet{at: map[string]hiddenEntry{}, window: window}
+}
+
+// key normalizes an image name, so that "alpine" and
+// "docker.io/library/alpine:latest" are one image.
+func hiddenKey(image string) string {
+	if n, err := pgruntime.NormalizeImage(image); err == nil {
+		return n
+	}
+	return image
+}
+
+func (h *hiddenSet) mark(image string, now time.Time, id string, names []string) {
+	key := hiddenKey(image)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.at) >= maxHidden {
+		for k, e := range h.at {
+			if now.Sub(e.at) > h.window {
+				delete(h.at, k)
+			}
+		}
+		if len(h.at) >= maxHidden {
+			// Forgetting only costs a forwarded pull (one manifest request).
+			clear(h.at)
+		}
+	}
+	h.at[key] = hiddenEntry{at: now, id: id, names: names}
+}
+
+// recent reports whether image was reported absent within the window, and
+// returns the status behind that answer if it is younger than statusTTL
+// (id "" otherwise).
+func (h *hiddenSet) recent(image string, now time.Time) (ok bool, id string, names []string) {
+	key := hiddenKey(image)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e, found := h.at[key]
+	if !found || now.Sub(e.at) > h.window {
+		return false, "", nil
+	}
+	if now.Sub(e.at) > statusTTL {
+		return true, "", nil
+	}
+	return true, e.id, e.names
+}
+
+// forget drops image's cached status (a pull or removal may change it),
+// keeping the mark that it was reported absent.
+func (h *hiddenSet) forget(image string) {
+	key := hiddenKey(image)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if e, ok := h.at[key]; ok {
+		e.id, e.names = "", nil
+		h.at[key] = e
+	}
+}
+
+// forgetAll drops every cached status (an image was removed).
+func (h *hiddenSet) forgetAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, e := range h.at {
+		e.id, e.names = "", nil
+		h.at[k] = e
+	}
+}

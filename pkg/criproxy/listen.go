@@ -1,0 +1,109 @@
+package criproxy
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// SocketMode is the mode of the proxy's socket: the owner (root) and its
+// group may connect.
+const SocketMode = 0o660
+
+// LockFile is the file under the root directory that one running proxy
+// holds locked (flock) for its whole life.
+const LockFile = "serve.lock"
+
+// ErrInUse says another process holds the root directory or serves on the
+// socket.
+var ErrInUse = errors.New("in use by another process")
+
+// Listener is the proxy's unix socket. Close removes the socket.
+type Listener struct {
+	net.Listener
+	path string
+}
+
+// Listen replaces a stale socket at socketPath (only a socket nobody
+// answers on) and listens there with SocketMode. The caller must hold the
+// lock of its root directory (LockRoot) from before Listen until after
+// Close, so that two instances never replace each other's socket.
+func Listen(socketPath string) (*Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(socketPath), 0o750); err != nil {
+		return nil, fmt.Errorf("failed to create the socket's directory: %w", err)
+	}
+	if err := removeStale(socketPath); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %s: %w", socketPath, err)
+	}
+	if err := os.Chmod(socketPath, SocketMode); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("failed to set the mode of %s: %w", socketPath, err)
+	}
+	return &Listener{Listener: l, path: socketPath}, nil
+}
+
+// LockRoot takes the lock of rootDir (creating it), or fails with
+// ErrInUse when another process holds it.
+func LockRoot(rootDir string) (*os.File, error) {
+	if err := os.MkdirAll(rootDir, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to create the root directory: %w", err)
+	}
+	path := filepath.Join(rootDir, LockFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open %s: %w", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("root directory %s: %w (another pullguard serve?)", rootDir, ErrInUse)
+		}
+		return nil, fmt.Errorf("failed to lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// removeStale removes a socket left by a process that is gone. Anything
+// that is not a socket, or a socket that accepts connections, is left
+// alone and is an error.
+func removeStale(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to check %s: %w", path, err)
+	}
+	if fi.Mode()&fs.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket; not replacing it", path)
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("socket %s: %w", path, ErrInUse)
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("failed to remove the stale socket %s: %w", path, err)
+	}
+	return nil
+}
+
+// Close stops listening and removes the socket.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // the gRPC server closed it
+	}
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
+}

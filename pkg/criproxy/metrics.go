@@ -1,0 +1,110 @@
+package criproxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/component-base/metrics"
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/credtracker"
+)
+
+const (
+	metricsNamespace = "pullguard"
+	metricsSubsystem = "criproxy"
+)
+
+var (
+	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "requests_total",
+		Help:           "CRI image service requests by method and gRPC code.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"method", "code"})
+	requestDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "request_duration_seconds",
+		Help:           "Time to answer a CRI image service request, backend included, by method.",
+		Buckets:        metrics.ExponentialBuckets(0.00005, 4, 12),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"method"})
+	decisionsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "decisions_total",
+		Help:           "Decisions by method, outcome (present, hidden, answered, forwarded, failed) and the tracker's reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"method", "outcome", "reason"})
+	panicsTotal = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "panics_total",
+		Help:           "Requests that panicked and were answered with Internal.",
+		StabilityLevel: metrics.ALPHA,
+	})
+)
+
+// Metrics returns the proxy's metrics, to register with a registry.
+func Metrics() []metrics.Registerable {
+	return []metrics.Registerable{requestsTotal, requestDuration, decisionsTotal, panicsTotal}
+}
+
+func observe(method string, start time.Time) {
+	requestDuration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+func countDecision(method, outcome string, r credtracker.Reason) {
+	reason := ""
+	if r != 0 {
+		reason = r.String()
+	}
+	decisionsTotal.WithLabelValues(method, outcome, reason).Inc()
+}
+
+// UnaryInterceptor counts every request by method and code, and turns a
+// panic into an Internal error (logged without the request, which may
+// hold a credential): a malformed request never takes the daemon down.
+func UnaryInterceptor(logger klog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicsTotal.Inc()
+				logger.Error(fmt.Errorf("panic: %v", p), "Request panicked", "method", info.FullMethod)
+				resp, err = nil, status.Error(codes.Internal, "internal error in pullguard")
+			}
+			requestsTotal.WithLabelValues(shortMethod(info.FullMethod), status.Code(err).String()).Inc()
+		}()
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor is UnaryInterceptor for streaming methods.
+func StreamInterceptor(logger klog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				panicsTotal.Inc()
+				logger.Error(fmt.Errorf("panic: %v", p), "Request panicked", "method", info.FullMethod)
+				err = status.Error(codes.Internal, "internal error in pullguard")
+			}
+			requestsTotal.WithLabelValues(shortMethod(info.FullMethod), status.Code(err).String()).Inc()
+		}()
+		return handler(srv, ss)
+	}
+}
+
+func shortMethod(full string) string {
+	for i := len(full) - 1; i >= 0; i-- {
+		if full[i] == '/' {
+			return full[i+1:]
+		}
+	}
+	return full
+}

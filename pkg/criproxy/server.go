@@ -1,0 +1,238 @@
+package criproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	criapi "k8s.io/cri-api/pkg/apis"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/pkg/credential"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// Backend is the image service the proxy forwards to: k8s.io/cri-client's
+// remote image service, pullguard's embedded runtime, or a test fake.
+type Backend = criapi.ImageManagerService
+
+// Server is the proxy's runtime.v1.ImageService. It is safe for
+// concurrent use. Register it on a gRPC server with
+// runtimeapi.RegisterImageServiceServer.
+type Server struct {
+	runtimeapi.UnimplementedImageServiceServer
+
+	backend Backend
+	tracker credtracker.Tracker
+	hasher  *credential.Hasher
+	logger  klog.Logger
+	clock   clock.PassiveClock
+
+	// inflight counts PullImage calls past their intent, so that Drain can
+	// wait for them to resolve.
+	inflight sync.WaitGroup
+	mu       sync.Mutex
+	draining bool
+
+	// pruneEvery bounds how often a full ListImages prunes the records;
+	// lastPrune is when it last did (Unix nanoseconds).
+	pruneEvery time.Duration
+	lastPrune  atomic.Int64
+
+	hidden *hiddenSet
+	window time.Duration
+}
+
+// DefaultPruneInterval is how often, at most, a full ListImages (the
+// kubelet lists every few seconds) prunes the records of images that are
+// gone, for images removed by something other than RemoveImage through the
+// proxy (crictl on the runtime's socket, say).
+const DefaultPruneInterval = time.Minute
+
+var _ runtimeapi.ImageServiceServer = (*Server)(nil)
+
+// Option sets an optional dependency of New.
+type Option func(*Server)
+
+// WithLogger sets the logger; decisions are logged at V(2).
+func WithLogger(l klog.Logger) Option { return func(s *Server) { s.logger = l } }
+
+// WithPruneInterval sets how often, at most, a full ListImages prunes
+// the records (0: every time).
+func WithPruneInterval(d time.Duration) Option { return func(s *Server) { s.pruneEvery = d } }
+
+// WithAnswerWindow sets how long after ImageStatus reported an image
+// absent a PullImage of it may be answered from a record (default
+// DefaultAnswerWindow; see there). 0 answers every pull whose credential
+// matches a record, Always pulls too.
+func WithAnswerWindow(d time.Duration) Option { return func(s *Server) { s.window = d } }
+
+// WithClock sets the clock used to time list-then-prune (tests use a
+// fake one).
+func WithClock(c clock.PassiveClock) Option { return func(s *Server) { s.clock = c } }
+
+// New returns a proxy that forwards to backend and decides with tracker.
+// hasher must be the tracker's (credtracker.Enabled.Hasher); with the gate
+// off, pass credtracker.Disabled() and any hasher: nothing is recorded.
+func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher, opts ...Option) (*Server, error) {
+	if backend == nil || tracker == nil || hasher == nil {
+		return nil, errors.New("criproxy: backend, tracker and hasher are required")
+	}
+	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval, window: DefaultAnswerWindow}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.window > 0 {
+		s.hidden = newHiddenSet(s.window)
+	}
+	s.logger = s.logger.WithName("criproxy")
+	return s, nil
+}
+
+// Drain stops admitting pulls (new ones get Unavailable) and waits until
+// every pull already admitted has recorded its outcome or resolved its
+// intent, or until ctx ends.
+func (s *Server) Drain(ctx context.Context) error {
+	s.mu.Lock()
+	s.draining = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pulls still in flight: %w", ctx.Err())
+	}
+}
+
+// admit registers one pull in flight, unless the server is draining.
+func (s *Server) admit() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	defer observe("ListImages", time.Now())
+	listedAt := s.clock.Now()
+	imgs, err := s.backend.ListImages(ctx, req.GetFilter())
+	if err != nil {
+		return nil, backendError("ListImages", err)
+	}
+	if req.GetFilter().GetImage().GetImage() == "" {
+		s.maybePrune(imgs, listedAt)
+	}
+	return &runtimeapi.ListImagesResponse{Images: imgs}, nil
+}
+
+// maybePrune prunes the records of images missing from a full list, at
+// most once per pruneEvery.
+func (s *Server) maybePrune(imgs []*runtimeapi.Image, listedAt time.Time) {
+	last := s.lastPrune.Load()
+	if s.pruneEvery > 0 && listedAt.UnixNano()-last < int64(s.pruneEvery) {
+		return
+	}
+	if !s.lastPrune.CompareAndSwap(last, listedAt.UnixNano()) {
+		return // another list is pruning
+	}
+	present := make([]credtracker.Image, 0, len(imgs))
+	for _, img := range imgs {
+		present = append(present, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
+	}
+	if n, err := s.tracker.PruneImages(present, listedAt); err != nil {
+		s.logger.Error(err, "Failed to prune the records of images that are gone")
+	} else if n > 0 {
+		s.logger.V(2).Info("Pruned the records of images that are gone", "records", n)
+	}
+}
+
+// streamChunk is how many images StreamImages sends per message.
+const streamChunk = 100
+
+// StreamImages lists through the backend's ListImages and streams the
+// list in chunks (the kubelet's CRIListStreaming); the backend needs no
+// support for streaming.
+func (s *Server) StreamImages(req *runtimeapi.StreamImagesRequest, stream runtimeapi.ImageService_StreamImagesServer) error {
+	defer observe("StreamImages", time.Now())
+	imgs, err := s.backend.ListImages(stream.Context(), req.GetFilter())
+	if err != nil {
+		return backendError("StreamImages", err)
+	}
+	for len(imgs) > 0 {
+		n := min(len(imgs), streamChunk)
+		if err := stream.Send(&runtimeapi.StreamImagesResponse{Images: imgs[:n]}); err != nil {
+			return err
+		}
+		imgs = imgs[n:]
+	}
+	return nil
+}
+
+func (s *Server) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	defer observe("ImageFsInfo", time.Now())
+	resp, err := s.backend.ImageFsInfo(ctx)
+	if err != nil {
+		return nil, backendError("ImageFsInfo", err)
+	}
+	return resp, nil
+}
+
+// RemoveImage removes the image through the backend, then prunes the
+// records of every image no longer present (image garbage collection).
+// A failed prune is logged: the records of an absent image grant nothing,
+// and the next removal prunes again.
+func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	defer observe("RemoveImage", time.Now())
+	if req.GetImage().GetImage() == "" {
+		return nil, invalid("RemoveImage: image is required")
+	}
+	if err := s.backend.RemoveImage(ctx, req.GetImage()); err != nil {
+		return nil, backendError("RemoveImage", err)
+	}
+	if s.hidden != nil {
+		s.hidden.forgetAll()
+	}
+	if n, err := s.Prune(ctx); err != nil {
+		s.logger.Error(err, "Failed to prune the records of removed images", "image", req.GetImage().GetImage())
+	} else if n > 0 {
+		s.logger.V(2).Info("Pruned the records of removed images", "image", req.GetImage().GetImage(), "records", n)
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+// Prune lists the backend's images and removes the records of images no
+// longer present; records written after the list was taken are kept.
+func (s *Server) Prune(ctx context.Context) (int, error) {
+	listedAt := s.clock.Now()
+	imgs, err := Inventory(s.backend).ListImages(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.tracker.PruneImages(imgs, listedAt)
+}
+
+// Inventory adapts a backend to the tracker's ImageInventory.
+func Inventory(b Backend) credtracker.ImageInventory {
+	return credtracker.ImageInventoryFunc(func(ctx context.Context) ([]credtracker.Image, error) {
+		list, err := b.ListImages(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("failed to list images: %w", err)
+		}
+		out := make([]credtracker.Image, 0, len(list))
+		for _, img := range list {
+			out = append(out, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
+		}
+		return out, nil
+	})
+}
