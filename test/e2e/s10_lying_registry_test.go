@@ -17,7 +17,7 @@ import (
 // then pullguard's GET of the bytes (scenario 9 shows why).
 const verifiedPullManifests = 2
 
-// Scenario 9: a tenant runs its own registry that answers a HEAD of
+// Scenario 10: a tenant runs its own registry that answers a HEAD of
 // evil/app:v1 with the digest of tenant A's private manifest (digests are
 // not secret) and never serves those bytes. containerd names the content
 // it already holds; pullguard fetches the manifest itself with the pod's
@@ -27,10 +27,10 @@ const verifiedPullManifests = 2
 // after a restart. The liar's log shows what was asked.
 func TestLyingRegistry(t *testing.T) {
 	need(t)
-	alice := newTenant("s9-alice")
-	h.issuer.grant(alice.user, "s9/team-a/*", "pull")
-	const seed = 901
-	image := push(t, "s9/team-a/app", "v1", seed)
+	alice := newTenant("s10-alice")
+	h.issuer.grant(alice.user, "s10/team-a/*", "pull")
+	const seed = 1001
+	image := push(t, "s10/team-a/app", "v1", seed)
 	img, err := registry.Image(seed, 2, 16<<10)
 	require.NoError(t, err)
 	digest, err := img.Digest()
@@ -79,7 +79,7 @@ func TestLyingRegistry(t *testing.T) {
 			}
 			assert.Positive(t, heads, "containerd resolved by HEAD")
 			assert.Positive(t, gets, "pullguard asked for the bytes")
-			assert.Zero(t, trafficFor(t, m, "s9/team-a/app").blobs, "tenant A's registry served nothing to the intruder")
+			assert.Zero(t, trafficFor(t, m, "s10/team-a/app").blobs, "tenant A's registry served nothing to the intruder")
 
 			// A restart: the name still needs verification.
 			out = pullguard(t, root, podYAML("team-c", "victim-2", evil, "Never"))
