@@ -2,12 +2,15 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -62,6 +65,9 @@ func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, prel
 		}
 		_ = os.RemoveAll(dir)
 	})
+	// The kubelet bind-mounts its root directory onto itself (to make it
+	// rshared); undo every mount under dir once everything has stopped.
+	t.Cleanup(func() { unmountUnder(t, dir) })
 
 	c.reg, err = startRegistry(ctx, c.mkdir("registry"))
 	require.NoError(t, err)
@@ -160,7 +166,7 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 	require.NoError(t, err)
 	err = poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
 		if c.api.exited() {
-			return false, fmt.Errorf("kube-apiserver exited")
+			return true, fmt.Errorf("kube-apiserver exited")
 		}
 		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok", err
@@ -174,22 +180,45 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	out, err := newOutput(filepath.Join(c.dir, "pullguard.log"))
 	require.NoError(t, err)
 	socket := c.pgSocket()
+	port, err := freePort()
+	require.NoError(t, err)
+	metrics := "127.0.0.1:" + strconv.Itoa(port)
 	c.pg, err = spawn(out, nil, c.bins.pullguard, "serve",
 		"--listen", "unix://"+socket,
 		"--image-service-endpoint", "unix://"+c.ctrd.socket,
 		"--root-dir", filepath.Join(c.dir, "pullguard"),
+		"--kubelet-root-dir", filepath.Join(c.dir, "kubelet"),
 		"--config", filepath.Join(c.dir, "kubelet-config.yaml"),
-		// The kubelet's own gate is off; pullguard's is on.
+		// The kubelet's own gate is off in its configuration; pullguard's
+		// is on.
 		"--feature-gates", "KubeletEnsureSecretPulledImages=true",
+		// Given by flag: a kubelet whose gate is off refuses the field.
+		"--image-pull-credentials-verification-policy", "NeverVerifyPreloadedImages",
+		// The images baked into the node before pullguard was installed
+		// are preloaded ones, as the kubelet treats images it has no
+		// record of.
+		"--unrecorded-images", "preloaded",
+		"--metrics-bind-address", metrics,
 		"-v", "2")
 	require.NoError(t, err)
-	t.Cleanup(func() { c.pg.stop(15 * time.Second) })
+	pg := c.pg
+	t.Cleanup(func() { pg.stop(15 * time.Second) })
 	err = poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
-		if c.pg.exited() {
-			return false, fmt.Errorf("pullguard serve exited")
+		if pg.exited() {
+			return true, fmt.Errorf("pullguard serve exited")
 		}
-		_, err := os.Stat(socket)
-		return err == nil, err
+		if _, err := os.Stat(socket); err != nil {
+			return false, err
+		}
+		resp, err := http.Get("http://" + metrics + "/healthz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("pullguard /healthz: %s", resp.Status)
+		}
+		return true, nil
 	})
 	require.NoError(t, err, out.tail(30))
 }
@@ -204,6 +233,11 @@ func (c *cluster) writeKubeletConfig() {
 	require.NoError(t, err)
 	c.health = "http://127.0.0.1:" + strconv.Itoa(hport) + "/healthz"
 	imageService := "unix://" + c.ctrd.socket
+	// The kubelet refuses the policy field when its gate is off.
+	policy := ""
+	if c.mode.kubeletGate {
+		policy = "imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages\n"
+	}
 	if c.mode.proxy {
 		imageService = "unix://" + c.pgSocket()
 	}
@@ -211,8 +245,7 @@ func (c *cluster) writeKubeletConfig() {
 kind: KubeletConfiguration
 featureGates:
   KubeletEnsureSecretPulledImages: %t
-imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages
-containerRuntimeEndpoint: %q
+%scontainerRuntimeEndpoint: %q
 imageServiceEndpoint: %q
 address: 127.0.0.1
 port: %d
@@ -236,7 +269,7 @@ serializeImagePulls: true
 syncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-`, c.mode.kubeletGate, "unix://"+c.ctrd.socket, imageService, port, hport,
+`, c.mode.kubeletGate, policy, "unix://"+c.ctrd.socket, imageService, port, hport,
 		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"))
 	path := filepath.Join(c.dir, "kubelet-config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
@@ -263,7 +296,7 @@ func (c *cluster) startKubelet(ctx context.Context) {
 	t.Cleanup(func() { kl.stop(20 * time.Second) })
 	err = poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
 		if kl.exited() {
-			return false, fmt.Errorf("the kubelet exited")
+			return true, fmt.Errorf("the kubelet exited")
 		}
 		resp, err := http.Get(c.health)
 		if err != nil {
@@ -294,4 +327,28 @@ func (c *cluster) kubeletLogHas(text string) bool {
 		}
 	}
 	return false
+}
+
+// unmountUnder unmounts every mount point under dir, deepest first.
+func unmountUnder(t *testing.T, dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Errorf("read mountinfo: %v", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		if err := syscall.Unmount(p, 0); err != nil {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				t.Errorf("unmount %s: %v", p, err)
+			}
+		}
+	}
 }

@@ -136,7 +136,8 @@ var fixedFiles = []string{"/var/lib/kubelet/device-plugins/kubelet.sock"}
 
 var fixedDirs = []string{ // deepest first
 	"/var/lib/kubelet/device-plugins", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins",
-	"/var/lib/kubelet", "/var/log/containers", "/run/containerd/s", "/run/containerd",
+	"/var/lib/kubelet", "/var/log/containers", "/run/containerd/s",
+	"/run/containerd/runc/k8s.io", "/run/containerd/runc", "/run/containerd",
 }
 
 func keepFixedPaths(t *testing.T, podLogs func() []string) {

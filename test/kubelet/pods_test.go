@@ -3,7 +3,7 @@ package kubelet
 import (
 	"context"
 	"fmt"
-	"strings"
+	"regexp"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -126,6 +126,11 @@ type kubeletEvent struct{ Type, Reason, Message string }
 // awaitEvent waits until the kubelet has recorded an event with reason for
 // the pod whose message contains text, and returns every event so far.
 func (c *cluster) awaitEvent(ctx context.Context, ns, name, reason, text string) ([]kubeletEvent, error) {
+	return c.awaitEventMatching(ctx, ns, name, reason, regexp.MustCompile(regexp.QuoteMeta(text)))
+}
+
+// awaitEventMatching is awaitEvent with a pattern for the message.
+func (c *cluster) awaitEventMatching(ctx context.Context, ns, name, reason string, text *regexp.Regexp) ([]kubeletEvent, error) {
 	var evs []kubeletEvent
 	err := poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
 		list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
@@ -141,7 +146,7 @@ func (c *cluster) awaitEvent(ctx context.Context, ns, name, reason, text string)
 				continue
 			}
 			evs = append(evs, kubeletEvent{Type: e.Type, Reason: e.Reason, Message: e.Message})
-			if e.Reason == reason && strings.Contains(e.Message, text) {
+			if e.Reason == reason && text.MatchString(e.Message) {
 				found = true
 			}
 		}

@@ -149,8 +149,9 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// poll calls cond every interval until it reports done, returns an error,
-// or the timeout passes; the last error explains a timeout.
+// poll calls cond every interval until it reports done or the timeout
+// passes; the last error explains a timeout. Done with an error is a
+// failure that no waiting can mend: poll returns it at once.
 func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(interval)
@@ -159,7 +160,7 @@ func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 	for {
 		ok, err := cond()
 		if ok {
-			return nil
+			return err
 		}
 		if err != nil {
 			last = err
