@@ -44,6 +44,7 @@ type cluster struct {
 	api    *child
 	apiURL string
 	pg     *child
+	pgOut  *output
 	kl     *child
 	klArgs []string
 	klOut  *output
@@ -179,6 +180,7 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	t := c.t
 	out, err := newOutput(filepath.Join(c.dir, "pullguard.log"))
 	require.NoError(t, err)
+	c.pgOut = out
 	socket := c.pgSocket()
 	port, err := freePort()
 	require.NoError(t, err)
@@ -310,6 +312,8 @@ func (c *cluster) startKubelet(ctx context.Context) {
 		return err == nil, err
 	})
 	require.NoError(t, err, c.klOut.tail(40))
+	// The kubelet only logs a configuration field it does not know.
+	require.False(t, c.kubeletLogHas("strict decoding failed"), "the kubelet ignored part of kubelet-config.yaml; see %s", c.klOut.file.Name())
 }
 
 // restartKubelet stops the kubelet by its PID and starts it again on the

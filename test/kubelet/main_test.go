@@ -222,7 +222,8 @@ func buildPullguard(t *testing.T, dir string) (bin, why string) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build ./cmd/pullguard in %s: %s", src, out)
 	if out, err := exec.Command(bin, "serve", "--help").CombinedOutput(); err != nil {
-		return "", fmt.Sprintf("this checkout's pullguard has no working `serve` command (`pullguard serve --help`: %v: %s)", err, lastBytes(out, 300))
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return "", fmt.Sprintf("this checkout's pullguard has no working `serve` command (`pullguard serve --help`: %v: %s)", err, lastBytes([]byte(first), 300))
 	}
 	return bin, ""
 }

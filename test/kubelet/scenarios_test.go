@@ -2,7 +2,10 @@ package kubelet
 
 import (
 	"context"
+	"encoding/base64"
 	"regexp"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,12 +201,16 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		assert.Equal(t, 1, tr.manifestOK, "one granted manifest request")
 		assert.Zero(t, tr.blobs, "a verification downloads no layer")
 		t.Logf("tenant C in the registry's log: %d manifest refused, %d granted, %d blobs", tr.manifestDenied, tr.manifestOK, tr.blobs)
+		_, err = c.awaitEvent(ctx, tc.ns, "app", "Pulled", "Successfully pulled image")
+		assert.NoError(t, err)
 	})
 	step("a preloaded image is free", func(t *testing.T) {
 		from := mark()
 		o, err := c.run(ctx, pod(b.ns, "agent", img.agent, corev1.PullNever, false))
 		running(t, o, err)
 		assert.Zero(t, since(from, "").total)
+		_, err = c.awaitEvent(ctx, b.ns, "agent", "Pulled", "already present on machine")
+		assert.NoError(t, err)
 	})
 	step("kubernetes#138175", func(t *testing.T) {
 		// Tenant A pulls team-a/base, the same digest as the preloaded
@@ -248,4 +255,21 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		assert.Zero(t, since(from, "").total)
 	})
 	t.Logf("scenarios took %s", time.Since(scenarioStart).Round(10*time.Millisecond))
+
+	if m.proxy {
+		t.Run("pullguard saw the pods and logged no credential", func(t *testing.T) {
+			log := c.pgOut.from(0)
+			// The kubelet's pulls went through the proxy with the pod's
+			// identity (its decisions are logged at -v=2).
+			for _, p := range []string{`pod="team-a/app-2"`, `pod="team-c/app"`, `pod="team-b/intruder"`} {
+				assert.True(t, slices.ContainsFunc(log, func(l string) bool { return strings.Contains(l, p) }), "no line for %s in pullguard's log", p)
+			}
+			for _, tn := range []*tenant{a, b, tc} {
+				for _, l := range log {
+					require.NotContains(t, l, tn.password, "a password in pullguard's log")
+					require.NotContains(t, l, base64.StdEncoding.EncodeToString([]byte(tn.user+":"+tn.password)), "a password in pullguard's log")
+				}
+			}
+		})
+	}
 }
