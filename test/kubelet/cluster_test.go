@@ -178,9 +178,12 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 // startPullguard runs `pullguard serve` in front of containerd.
 func (c *cluster) startPullguard(ctx context.Context) {
 	t := c.t
-	out, err := newOutput(filepath.Join(c.dir, "pullguard.log"))
-	require.NoError(t, err)
-	c.pgOut = out
+	if c.pgOut == nil {
+		var err error
+		c.pgOut, err = newOutput(filepath.Join(c.dir, "pullguard.log"))
+		require.NoError(t, err)
+	}
+	out := c.pgOut
 	socket := c.pgSocket()
 	port, err := freePort()
 	require.NoError(t, err)
@@ -321,6 +324,13 @@ func (c *cluster) startKubelet(ctx context.Context) {
 func (c *cluster) restartKubelet(ctx context.Context) {
 	c.kl.stop(20 * time.Second)
 	c.startKubelet(ctx)
+}
+
+// restartPullguard stops `pullguard serve` by its PID and starts it again
+// on the same root directory; the kubelet reconnects to its socket.
+func (c *cluster) restartPullguard(ctx context.Context) {
+	c.pg.stop(15 * time.Second)
+	c.startPullguard(ctx)
 }
 
 // kubeletLogHas reports whether the kubelet logged a line with text.

@@ -254,6 +254,25 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		running(t, o, err)
 		assert.Zero(t, since(from, "").total)
 	})
+	if m.proxy {
+		step("a restart of pullguard serve keeps the protection", func(t *testing.T) {
+			s := time.Now()
+			c.restartPullguard(ctx)
+			t.Logf("pullguard serve restarted in %s", time.Since(s).Round(10*time.Millisecond))
+			from := mark()
+			_, err := c.client.CoreV1().Pods(b.ns).Create(ctx, pod(b.ns, "after-pg-restart-never", img.app, corev1.PullNever, false), metaCreate)
+			require.NoError(t, err)
+			neverPulled(t, b.ns, "after-pg-restart-never", img.app, from)
+			from = mark()
+			_, err = c.client.CoreV1().Pods(b.ns).Create(ctx, pod(b.ns, "after-pg-restart", img.app, corev1.PullIfNotPresent, false), metaCreate)
+			require.NoError(t, err)
+			refused(t, b.ns, "after-pg-restart", from, "team-a/app", false)
+			from = mark()
+			o, err := c.run(ctx, pod(a.ns, "app-4", img.app, corev1.PullIfNotPresent, true))
+			running(t, o, err)
+			assert.Zero(t, since(from, "").total)
+		})
+	}
 	t.Logf("scenarios took %s", time.Since(scenarioStart).Round(10*time.Millisecond))
 
 	if m.proxy {
