@@ -159,6 +159,12 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		require.NoError(t, err)
 		refused(t, b.ns, "intruder", from, "team-a/app", true)
 	})
+	step("tenant B with its own credentials for other repositories is refused by the registry", func(t *testing.T) {
+		from := mark()
+		_, err := c.client.CoreV1().Pods(b.ns).Create(ctx, pod(b.ns, "intruder-2", img.app, corev1.PullIfNotPresent, true), metaCreate)
+		require.NoError(t, err)
+		refused(t, b.ns, "intruder-2", from, "team-a/app", false)
+	})
 	step("tenant B with imagePullPolicy Never gets ErrImageNeverPull", func(t *testing.T) {
 		from := mark()
 		_, err := c.client.CoreV1().Pods(b.ns).Create(ctx, pod(b.ns, "intruder-never", img.app, corev1.PullNever, false), metaCreate)
