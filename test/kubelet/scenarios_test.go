@@ -63,17 +63,17 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		c.reg.grant("carol", "team-a/")
 		c.reg.grant("bob", "team-b/")
 		c.reg.grant("", "shared/")
-		push := func(repo, seed string) string {
+		publish := func(repo, seed string) string {
 			i, err := image(bins.pauseBytes, seed)
 			require.NoError(t, err)
 			ref, err := push(ctx, c.reg, i, repo, "v1")
 			require.NoError(t, err)
 			return ref
 		}
-		img.app = push("team-a/app", "app")
-		img.base = push("team-a/base", "base")
-		img.shared = push("shared/base", "base")
-		img.agent = push("vendor/agent", "agent")
+		img.app = publish("team-a/app", "app")
+		img.base = publish("team-a/base", "base")
+		img.shared = publish("shared/base", "base")
+		img.agent = publish("vendor/agent", "agent")
 		require.NoError(t, c.ctrd.preload(ctx, img.shared, "", ""))
 		require.NoError(t, c.ctrd.preload(ctx, img.agent, adminUser, c.reg.password(adminUser)))
 	})
@@ -84,7 +84,7 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 	require.NoError(t, err)
 	tc, err := c.newTenant(ctx, "team-c", "carol")
 	require.NoError(t, err)
-	t.Logf("set-up (registry, containerd, etcd, kube-apiserver, %s kubelet) took %s", map[bool]string{true: "pullguard serve,", false: ""}[m.proxy], time.Since(start).Round(10*time.Millisecond))
+	t.Logf("set-up (registry, images, containerd, etcd, kube-apiserver, %skubelet) took %s", map[bool]string{true: "pullguard serve, ", false: ""}[m.proxy], time.Since(start).Round(10*time.Millisecond))
 	scenarioStart := time.Now()
 
 	// mark/traffic read the registry's access log around a step.
