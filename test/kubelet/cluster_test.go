@@ -1,0 +1,368 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const nodeName = "pullguard-e2e-node"
+
+// mode is one way of wiring the kubelet's image service.
+type mode struct {
+	name string
+	// kubeletGate is the kubelet's own KubeletEnsureSecretPulledImages.
+	kubeletGate bool
+	// proxy puts `pullguard serve` between the kubelet and containerd.
+	proxy bool
+}
+
+// cluster is one node: etcd, kube-apiserver, a private containerd, the
+// registry, optionally `pullguard serve`, and the kubelet.
+type cluster struct {
+	t      *testing.T
+	dir    string
+	mode   mode
+	bins   binaries
+	reg    *registry
+	ctrd   *containerd
+	etcd   *child
+	api    *child
+	apiURL string
+	pg     *child
+	pgOut  *output
+	kl     *child
+	klArgs []string
+	klOut  *output
+	health string // the kubelet's healthz URL
+	client kubernetes.Interface
+}
+
+// startCluster brings the node up; everything it starts is stopped by
+// t.Cleanup, in reverse order, even when the test fails.
+func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, preload func(*cluster)) *cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "pgk-") // short: unix socket paths are limited to 108 bytes
+	require.NoError(t, err)
+	c := &cluster{t: t, dir: dir, mode: m, bins: bins}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("PULLGUARD_E2E_KEEP") != "" {
+			t.Logf("logs and state kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	// The kubelet bind-mounts its root directory onto itself (to make it
+	// rshared); undo every mount under dir once everything has stopped.
+	t.Cleanup(func() { unmountUnder(t, dir) })
+
+	c.reg, err = startRegistry(ctx, c.mkdir("registry"))
+	require.NoError(t, err)
+	t.Cleanup(c.reg.close)
+	c.reg.setUser(adminUser, newSecret("admin"))
+
+	c.ctrd, err = startContainerd(ctx, c.mkdir("containerd"))
+	require.NoError(t, err)
+	t.Cleanup(c.ctrd.stop)
+	require.NoError(t, importSandbox(ctx, c.dir, c.ctrd.socket, bins.pauseBytes))
+	if preload != nil {
+		preload(c)
+	}
+
+	c.startEtcd(ctx)
+	c.startAPIServer(ctx)
+	c.writeKubeletConfig()
+	if m.proxy {
+		c.startPullguard(ctx)
+	}
+	c.startKubelet(ctx)
+	return c
+}
+
+func (c *cluster) mkdir(name string) string {
+	p := filepath.Join(c.dir, name)
+	require.NoError(c.t, os.MkdirAll(p, 0o755))
+	return p
+}
+
+func (c *cluster) startEtcd(ctx context.Context) {
+	t := c.t
+	client, err := freePort()
+	require.NoError(t, err)
+	peer, err := freePort()
+	require.NoError(t, err)
+	out, err := newOutput(filepath.Join(c.dir, "etcd.log"))
+	require.NoError(t, err)
+	clientURL, peerURL := "http://127.0.0.1:"+strconv.Itoa(client), "http://127.0.0.1:"+strconv.Itoa(peer)
+	c.etcd, err = spawn(out, nil, "etcd", "--name", "e2e", "--data-dir", filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "e2e="+peerURL)
+	require.NoError(t, err)
+	// Registered before the apiserver's: cleanups run last-in first-out,
+	// and the apiserver hangs on SIGTERM once etcd is gone.
+	t.Cleanup(func() { c.etcd.stop(10 * time.Second) })
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, out.await(wait, 0, "ready to serve client requests"), out.tail(20))
+	c.etcd.name = clientURL
+}
+
+func (c *cluster) startAPIServer(ctx context.Context) {
+	t := c.t
+	p, err := newPKI(filepath.Join(c.dir, "pki"))
+	require.NoError(t, err)
+	serving, servingKey, err := p.issue("apiserver", "kube-apiserver", nil, true)
+	require.NoError(t, err)
+	saKey, err := p.serviceAccountKey()
+	require.NoError(t, err)
+	port, err := freePort()
+	require.NoError(t, err)
+	c.apiURL = "https://127.0.0.1:" + strconv.Itoa(port)
+	out, err := newOutput(filepath.Join(c.dir, "kube-apiserver.log"))
+	require.NoError(t, err)
+	c.api, err = spawn(out, nil, c.bins.apiserver,
+		"--etcd-servers", c.etcd.name,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
+		"--tls-cert-file", serving, "--tls-private-key-file", servingKey,
+		"--client-ca-file", p.caFile, "--anonymous-auth=false",
+		"--authorization-mode", "Node,RBAC",
+		"--enable-admission-plugins", "NodeRestriction",
+		// No controller manager creates the default service accounts.
+		"--disable-admission-plugins", "ServiceAccount",
+		"--service-account-issuer", "https://pullguard-e2e.invalid", "--service-account-key-file", saKey,
+		"--service-account-signing-key-file", saKey,
+		"--service-cluster-ip-range", "10.96.0.0/24",
+		"--endpoint-reconciler-type", "none",
+		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.api.stop(20 * time.Second) })
+
+	adminCert, adminKey, err := p.issue("admin", "pullguard-e2e-admin", []string{"system:masters"}, false)
+	require.NoError(t, err)
+	adminKC, err := p.kubeconfig("admin", c.apiURL, adminCert, adminKey)
+	require.NoError(t, err)
+	nodeCert, nodeKey, err := p.issue("node", "system:node:"+nodeName, []string{"system:nodes"}, false)
+	require.NoError(t, err)
+	_, err = p.kubeconfig("node", c.apiURL, nodeCert, nodeKey)
+	require.NoError(t, err)
+
+	rc, err := clientcmd.BuildConfigFromFlags("", adminKC)
+	require.NoError(t, err)
+	c.client, err = kubernetes.NewForConfig(rc)
+	require.NoError(t, err)
+	err = poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
+		if c.api.exited() {
+			return true, fmt.Errorf("kube-apiserver exited")
+		}
+		body, err := c.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", err
+	})
+	require.NoError(t, err, out.tail(30))
+}
+
+// startPullguard runs `pullguard serve` in front of containerd.
+func (c *cluster) startPullguard(ctx context.Context) {
+	t := c.t
+	if c.pgOut == nil {
+		var err error
+		c.pgOut, err = newOutput(filepath.Join(c.dir, "pullguard.log"))
+		require.NoError(t, err)
+	}
+	out := c.pgOut
+	socket := c.pgSocket()
+	port, err := freePort()
+	require.NoError(t, err)
+	metrics := "127.0.0.1:" + strconv.Itoa(port)
+	c.pg, err = spawn(out, nil, c.bins.pullguard, "serve",
+		"--listen", "unix://"+socket,
+		"--image-service-endpoint", "unix://"+c.ctrd.socket,
+		"--root-dir", filepath.Join(c.dir, "pullguard"),
+		"--kubelet-root-dir", filepath.Join(c.dir, "kubelet"),
+		"--config", filepath.Join(c.dir, "kubelet-config.yaml"),
+		// The kubelet's own gate is off in its configuration; pullguard's
+		// is on.
+		"--feature-gates", "KubeletEnsureSecretPulledImages=true",
+		// Given by flag: a kubelet whose gate is off refuses the field.
+		"--image-pull-credentials-verification-policy", "NeverVerifyPreloadedImages",
+		// The images baked into the node before pullguard was installed
+		// are preloaded ones, as the kubelet treats images it has no
+		// record of.
+		"--unrecorded-images", "preloaded",
+		"--metrics-bind-address", metrics,
+		"-v", "2")
+	require.NoError(t, err)
+	pg := c.pg
+	t.Cleanup(func() { pg.stop(15 * time.Second) })
+	err = poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
+		if pg.exited() {
+			return true, fmt.Errorf("pullguard serve exited")
+		}
+		if _, err := os.Stat(socket); err != nil {
+			return false, err
+		}
+		resp, err := http.Get("http://" + metrics + "/healthz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("pullguard /healthz: %s", resp.Status)
+		}
+		return true, nil
+	})
+	require.NoError(t, err, out.tail(30))
+}
+
+func (c *cluster) pgSocket() string { return filepath.Join(c.dir, "pg.sock") }
+
+func (c *cluster) writeKubeletConfig() {
+	t := c.t
+	port, err := freePort()
+	require.NoError(t, err)
+	hport, err := freePort()
+	require.NoError(t, err)
+	c.health = "http://127.0.0.1:" + strconv.Itoa(hport) + "/healthz"
+	imageService := "unix://" + c.ctrd.socket
+	// The kubelet refuses the policy field when its gate is off.
+	policy := ""
+	if c.mode.kubeletGate {
+		policy = "imagePullCredentialsVerificationPolicy: NeverVerifyPreloadedImages\n"
+	}
+	if c.mode.proxy {
+		imageService = "unix://" + c.pgSocket()
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+featureGates:
+  KubeletEnsureSecretPulledImages: %t
+%scontainerRuntimeEndpoint: %q
+imageServiceEndpoint: %q
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: %q}}
+authorization: {mode: AlwaysAllow}
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+failSwapOn: false
+evictionHard: {}
+evictionSoft: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+podLogsDir: %q
+registerNode: true
+serializeImagePulls: true
+syncFrequency: 5s
+fileCheckFrequency: 5s
+nodeStatusUpdateFrequency: 5s
+`, c.mode.kubeletGate, policy, "unix://"+c.ctrd.socket, imageService, port, hport,
+		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"))
+	path := filepath.Join(c.dir, "kubelet-config.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
+	c.klArgs = []string{
+		"--config", path,
+		"--kubeconfig", filepath.Join(c.dir, "pki", "node.kubeconfig"),
+		"--root-dir", c.mkdir("kubelet"),
+		"--cert-dir", c.mkdir("kubelet-pki"),
+		"--hostname-override", nodeName,
+		"--node-ip", "127.0.0.1",
+		"-v", "2",
+	}
+	var err2 error
+	c.klOut, err2 = newOutput(filepath.Join(c.dir, "kubelet.log"))
+	require.NoError(t, err2)
+}
+
+func (c *cluster) startKubelet(ctx context.Context) {
+	t := c.t
+	var err error
+	c.kl, err = spawn(c.klOut, nil, c.bins.kubelet, c.klArgs...)
+	require.NoError(t, err)
+	kl := c.kl
+	t.Cleanup(func() { kl.stop(20 * time.Second) })
+	err = poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
+		if kl.exited() {
+			return true, fmt.Errorf("the kubelet exited")
+		}
+		resp, err := http.Get(c.health)
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return false, fmt.Errorf("kubelet healthz: %s", resp.Status)
+		}
+		_, err = c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		return err == nil, err
+	})
+	require.NoError(t, err, c.klOut.tail(40))
+	// The kubelet only logs a configuration field it does not know.
+	require.False(t, c.kubeletLogHas("strict decoding failed"), "the kubelet ignored part of kubelet-config.yaml; see %s", c.klOut.file.Name())
+}
+
+// restartKubelet stops the kubelet by its PID and starts it again on the
+// same root directory.
+func (c *cluster) restartKubelet(ctx context.Context) {
+	c.kl.stop(20 * time.Second)
+	c.startKubelet(ctx)
+}
+
+// restartPullguard stops `pullguard serve` by its PID and starts it again
+// on the same root directory; the kubelet reconnects to its socket.
+func (c *cluster) restartPullguard(ctx context.Context) {
+	c.pg.stop(15 * time.Second)
+	c.startPullguard(ctx)
+}
+
+// kubeletLogHas reports whether the kubelet logged a line with text.
+func (c *cluster) kubeletLogHas(text string) bool {
+	for _, l := range c.klOut.from(0) {
+		if strings.Contains(l, text) {
+			return true
+		}
+	}
+	return false
+}
+
+// unmountUnder unmounts every mount point under dir, deepest first.
+func unmountUnder(t *testing.T, dir string) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Errorf("read mountinfo: %v", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		if err := syscall.Unmount(p, 0); err != nil {
+			if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+				t.Errorf("unmount %s: %v", p, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package kubelet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// containerd is a private containerd: its own configuration, root, state
+// and socket, with the CRI settings a kubelet needs on this machine.
+type containerd struct {
+	dir    string
+	socket string
+	out    *output
+	proc   *child
+}
+
+func startContainerd(ctx context.Context, dir string) (*containerd, error) {
+	c := &containerd{dir: dir, socket: filepath.Join(dir, "c.sock")}
+	// restrict_oom_score_adj: this VM withholds CAP_SYS_RESOURCE even from
+	// root, so runc may not lower a sandbox's OOM score.
+	cfg := fmt.Sprintf(`version = 2
+root = %q
+state = %q
+[grpc]
+  address = %q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+[plugins."io.containerd.grpc.v1.cri"]
+  disable_tcp_service = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  restrict_oom_score_adj = true
+  sandbox_image = %q
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "native"
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, filepath.Join(dir, "opt"), sandboxImage)
+	path := filepath.Join(dir, "containerd.toml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.out, err = newOutput(filepath.Join(dir, "containerd.log")); err != nil {
+		return nil, err
+	}
+	if c.proc, err = spawn(c.out, nil, "containerd", "--config", path); err != nil {
+		return nil, err
+	}
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := c.out.await(wait, 0, "containerd successfully booted"); err != nil {
+		c.proc.stop(10 * time.Second)
+		return nil, fmt.Errorf("containerd: %w\n%s", err, c.out.tail(30))
+	}
+	return c, nil
+}
+
+func (c *containerd) cri(ctx context.Context) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
+	conn, err := grpc.NewClient("unix://"+c.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// preload pulls an image straight into containerd through the CRI, as a
+// node image baked in before the kubelet starts.
+func (c *containerd) preload(ctx context.Context, image, user, password string) error {
+	_, images, done, err := c.cri(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	req := &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}}
+	if user != "" {
+		req.Auth = &runtimeapi.AuthConfig{Username: user, Password: password}
+	}
+	_, err = images.PullImage(ctx, req)
+	return err
+}
+
+// stop removes every pod sandbox of this containerd (which stops their
+// containers and shims), stops containerd by its PID, then removes the
+// containers' cgroups and kills any shim of this socket that is left.
+func (c *containerd) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	if rt, _, done, err := c.cri(ctx); err == nil {
+		if ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{}); err == nil {
+			for _, ct := range ctrs.Containers {
+				ids = append(ids, ct.Id)
+			}
+		}
+		if pods, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+			for _, p := range pods.Items {
+				ids = append(ids, p.Id)
+				_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id})
+				_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id})
+			}
+		}
+		done()
+	}
+	c.proc.stop(15 * time.Second)
+	killShims(c.socket)
+	for _, id := range ids {
+		removeCgroups(id)
+	}
+}
+
+// killShims kills the containerd shims started for socket (their command
+// line names it), by PID.
+func killShims(socket string) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(bytes.TrimRight(cmdline, "\x00")), "\x00")
+		if len(args) == 0 || !strings.Contains(filepath.Base(args[0]), "containerd-shim") {
+			continue
+		}
+		for _, a := range args {
+			if a == socket {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+		}
+	}
+}
+
+// removeCgroups kills what is left in a container's cgroups (one per v1
+// controller, under containerd's default parent k8s.io) and removes them.
+func removeCgroups(id string) {
+	if id == "" || strings.ContainsAny(id, "/.") {
+		return
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "k8s.io", id))
+	for _, d := range dirs {
+		procs, _ := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		for _, f := range strings.Fields(string(procs)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	for _, d := range dirs {
+		_ = poll(5*time.Second, 20*time.Millisecond, func() (bool, error) {
+			err := syscall.Rmdir(d)
+			return err == nil || errors.Is(err, syscall.ENOENT), err
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// tenant is a registry user with a pull secret in its own namespace.
+type tenant struct {
+	ns, user, password string
+}
+
+func (c *cluster) newTenant(ctx context.Context, ns, user string) (*tenant, error) {
+	tn := &tenant{ns: ns, user: user, password: newSecret(user)}
+	c.reg.setUser(tn.user, tn.password)
+	if _, err := c.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	dockercfg := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, c.reg.addr, tn.user, tn.password)
+	_, err := c.client.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "regcred"},
+		Type:       corev1.SecretTypeDockerConfigJson,
+		Data:       map[string][]byte{corev1.DockerConfigJsonKey: []byte(dockercfg)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/regcred: %w", ns, err)
+	}
+	return tn, nil
+}
+
+// pod is a host-network pod bound to the node: no scheduler, no CNI.
+func pod(ns, name, image string, policy corev1.PullPolicy, withSecret bool) *corev1.Pod {
+	grace := int64(1)
+	no := false
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName: nodeName, HostNetwork: true, TerminationGracePeriodSeconds: &grace,
+			AutomountServiceAccountToken: &no, EnableServiceLinks: &no,
+			Containers: []corev1.Container{{Name: "app", Image: image, ImagePullPolicy: policy}},
+		},
+	}
+	if withSecret {
+		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
+	}
+	return p
+}
+
+// outcome is where a pod's container got: "Running" or a waiting reason.
+type outcome struct {
+	state   string
+	message string
+}
+
+// errorReasons end a wait at once: the kubelet refused the container.
+var errorReasons = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true,
+	"InvalidImageName": true, "CreateContainerError": true, "CreateContainerConfigError": true,
+	"RunContainerError": true, "CrashLoopBackOff": true,
+}
+
+func containerOutcome(p *corev1.Pod) (outcome, bool) {
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Running != nil:
+			return outcome{state: "Running"}, true
+		case cs.State.Waiting != nil && errorReasons[cs.State.Waiting.Reason]:
+			return outcome{state: cs.State.Waiting.Reason, message: cs.State.Waiting.Message}, true
+		case cs.State.Terminated != nil:
+			return outcome{state: "Terminated:" + cs.State.Terminated.Reason, message: cs.State.Terminated.Message}, true
+		}
+	}
+	return outcome{}, false
+}
+
+// run creates the pod and waits for a final outcome of its container.
+func (c *cluster) run(ctx context.Context, p *corev1.Pod) (outcome, error) {
+	if _, err := c.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return outcome{}, fmt.Errorf("create pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	return c.await(ctx, p.Namespace, p.Name, func(o outcome) bool { return true })
+}
+
+// await polls the pod until its container's outcome satisfies done.
+func (c *cluster) await(ctx context.Context, ns, name string, done func(outcome) bool) (outcome, error) {
+	var got outcome
+	err := poll(90*time.Second, 50*time.Millisecond, func() (bool, error) {
+		p, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		o, ok := containerOutcome(p)
+		if ok {
+			got = o
+		}
+		return ok && done(o), nil
+	})
+	if err != nil {
+		return got, fmt.Errorf("pod %s/%s (last outcome %+v): %w", ns, name, got, err)
+	}
+	return got, nil
+}
+
+// remove deletes the pod and waits until the kubelet has let it go, so
+// that no back-off retry of a refused pull reaches the registry later.
+func (c *cluster) remove(ctx context.Context, ns, name string) error {
+	if err := c.client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		return fmt.Errorf("delete pod %s/%s: %w", ns, name, err)
+	}
+	return poll(90*time.Second, 50*time.Millisecond, func() (bool, error) {
+		_, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
+
+// kubeletEvent is one event the kubelet recorded for a pod.
+type kubeletEvent struct{ Type, Reason, Message string }
+
+// awaitEvent waits until the kubelet has recorded an event with reason for
+// the pod whose message contains text, and returns every event so far.
+func (c *cluster) awaitEvent(ctx context.Context, ns, name, reason, text string) ([]kubeletEvent, error) {
+	return c.awaitEventMatching(ctx, ns, name, reason, regexp.MustCompile(regexp.QuoteMeta(text)))
+}
+
+// awaitEventMatching is awaitEvent with a pattern for the message.
+func (c *cluster) awaitEventMatching(ctx context.Context, ns, name, reason string, text *regexp.Regexp) ([]kubeletEvent, error) {
+	var evs []kubeletEvent
+	err := poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
+		list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
+		})
+		if err != nil {
+			return false, err
+		}
+		evs = evs[:0]
+		found := false
+		for _, e := range list.Items {
+			if e.Source.Component != "kubelet" {
+				continue
+			}
+			evs = append(evs, kubeletEvent{Type: e.Type, Reason: e.Reason, Message: e.Message})
+			if e.Reason == reason && text.MatchString(e.Message) {
+				found = true
+			}
+		}
+		return found, nil
+	})
+	if err != nil {
+		return evs, fmt.Errorf("no kubelet event %s %q for %s/%s (have %+v): %w", reason, text, ns, name, evs, err)
+	}
+	return evs, nil
+}

@@ -1,0 +1,206 @@
+package kubelet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// The two wirings whose outcomes are compared: the kubelet's own
+// implementation of KEP-2535 (the reference), and the kubelet without it
+// behind `pullguard serve`.
+var modes = []mode{
+	{name: "kubelet-gate-on/containerd", kubeletGate: true},
+	{name: "kubelet-gate-off/pullguard-serve", proxy: true},
+}
+
+// TestKubelet runs the multi-tenant scenarios on a one-node cluster of the
+// upstream kubelet and kube-apiserver, once per mode, and asserts on pod
+// status, the kubelet's events and the registry's access log; then it
+// switches a node from the kubelet's implementation to pullguard.
+func TestKubelet(t *testing.T) {
+	bins, podLogs := prepare(t)
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			if m.proxy && bins.pullguard == "" {
+				t.Skip("skipped: " + bins.noServe)
+			}
+			scenarios(t, m, bins, podLogs)
+		})
+	}
+	t.Run("switch-over/kubelet-gate-on-to-pullguard-serve", func(t *testing.T) {
+		if bins.pullguard == "" {
+			t.Skip("skipped: " + bins.noServe)
+		}
+		switchOver(t, bins, podLogs)
+	})
+}
+
+const (
+	ifNotPresent = corev1.PullIfNotPresent
+	never        = corev1.PullNever
+	withSecret   = true
+	noSecret     = false
+)
+
+func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	w := newWorld(t, ctx, m, bins, podLogs)
+	c, img, a, b, tc := w.c, w.img, w.a, w.b, w.tc
+	start := time.Now()
+
+	w.step(t, "tenant A pulls its private image", func(t *testing.T) {
+		from := w.mark(t)
+		w.runs(t, pod(a.ns, "app-1", img.app, ifNotPresent, withSecret))
+		tr := w.since(t, from, "team-a/app")
+		assert.Positive(t, tr.manifestOK)
+		assert.Positive(t, tr.blobs, "the layers came down")
+		_, err := c.awaitEvent(ctx, a.ns, "app-1", "Pulled", "Successfully pulled image")
+		assert.NoError(t, err)
+	})
+	w.step(t, "tenant B without credentials is refused by the registry", func(t *testing.T) {
+		w.refused(t, pod(b.ns, "intruder", img.app, ifNotPresent, noSecret), "team-a/app", true)
+	})
+	w.step(t, "tenant B with its own credentials for other repositories is refused by the registry", func(t *testing.T) {
+		w.refused(t, pod(b.ns, "intruder-2", img.app, ifNotPresent, withSecret), "team-a/app", false)
+	})
+	w.step(t, "tenant B with imagePullPolicy Never gets ErrImageNeverPull", func(t *testing.T) {
+		w.neverPulled(t, pod(b.ns, "intruder-never", img.app, never, noSecret))
+	})
+	w.step(t, "tenant A's second pod runs with no registry request", func(t *testing.T) {
+		w.freeRun(t, pod(a.ns, "app-2", img.app, ifNotPresent, withSecret))
+		evs, err := c.awaitEvent(ctx, a.ns, "app-2", "Pulled", "")
+		assert.NoError(t, err)
+		if m.kubeletGate {
+			_, err = c.awaitEvent(ctx, a.ns, "app-2", "Pulled", "already present on machine and can be accessed by the pod")
+			assert.NoError(t, err)
+		}
+		t.Logf("events: %+v", evs)
+	})
+	w.step(t, "tenant A with Never and its secret", func(t *testing.T) {
+		p := pod(a.ns, "app-never", img.app, never, withSecret)
+		if m.proxy {
+			// The documented difference: a Never pod cannot show its
+			// credentials through the CRI, so the proxy refuses it.
+			w.neverPulled(t, p)
+			return
+		}
+		w.freeRun(t, p)
+	})
+	w.step(t, "tenant C with its own credentials is verified without downloading a layer", func(t *testing.T) {
+		from := w.mark(t)
+		w.runs(t, pod(tc.ns, "app", img.app, ifNotPresent, withSecret))
+		tr := w.since(t, from, "team-a/app")
+		assert.Equal(t, 1, tr.manifestOK, "one granted manifest request")
+		assert.Zero(t, tr.blobs, "a verification downloads no layer")
+		t.Logf("tenant C in the registry's log: %d manifest refused, %d granted, %d blobs", tr.manifestDenied, tr.manifestOK, tr.blobs)
+		_, err := c.awaitEvent(ctx, tc.ns, "app", "Pulled", "Successfully pulled image")
+		assert.NoError(t, err)
+	})
+	w.step(t, "a preloaded image is free", func(t *testing.T) {
+		w.freeRun(t, pod(b.ns, "agent", img.agent, never, noSecret))
+		_, err := c.awaitEvent(ctx, b.ns, "agent", "Pulled", "already present on machine")
+		assert.NoError(t, err)
+	})
+	w.step(t, "kubernetes#138175", func(t *testing.T) {
+		// Tenant A pulls team-a/base, the same digest as the preloaded
+		// public shared/base.
+		w.runs(t, pod(a.ns, "base", img.base, ifNotPresent, withSecret))
+		w.neverPulled(t, pod(b.ns, "private-base", img.base, never, noSecret))
+		p := pod(b.ns, "shared-base", img.shared, never, noSecret)
+		if m.kubeletGate {
+			// The upstream kubelet ties the record to the digest: the
+			// public name now needs verification (the bug, reproduced).
+			w.neverPulled(t, p)
+			return
+		}
+		// pullguard keeps the names apart: the public name stays free.
+		w.freeRun(t, p)
+	})
+	w.step(t, "a kubelet restart keeps the protection", func(t *testing.T) {
+		s := time.Now()
+		c.restartKubelet(ctx)
+		t.Logf("kubelet restarted in %s", time.Since(s).Round(10*time.Millisecond))
+		w.neverPulled(t, pod(b.ns, "after-restart-never", img.app, never, noSecret))
+		w.refused(t, pod(b.ns, "after-restart", img.app, ifNotPresent, noSecret), "team-a/app", false)
+		w.freeRun(t, pod(a.ns, "app-3", img.app, ifNotPresent, withSecret))
+	})
+	if m.proxy {
+		w.step(t, "a restart of pullguard serve keeps the protection", func(t *testing.T) {
+			s := time.Now()
+			c.restartPullguard(ctx)
+			t.Logf("pullguard serve restarted in %s", time.Since(s).Round(10*time.Millisecond))
+			w.neverPulled(t, pod(b.ns, "after-pg-restart-never", img.app, never, noSecret))
+			w.refused(t, pod(b.ns, "after-pg-restart", img.app, ifNotPresent, noSecret), "team-a/app", false)
+			w.freeRun(t, pod(a.ns, "app-4", img.app, ifNotPresent, withSecret))
+		})
+		t.Run("pullguard saw the pods and logged no credential", func(t *testing.T) {
+			w.noCredentialInPullguardLog(t, "team-a/app-2", "team-c/app", "team-b/intruder")
+		})
+	}
+	t.Logf("scenarios took %s", time.Since(start).Round(10*time.Millisecond))
+}
+
+// switchOver starts a node on the kubelet's own implementation, then
+// points the kubelet (its gate now off) at `pullguard serve`, which reads
+// the kubelet's records at its first start: nothing the kubelet protected
+// becomes free.
+func switchOver(t *testing.T, bins binaries, podLogs *[]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	w := newWorld(t, ctx, mode{name: "switch-over", kubeletGate: true}, bins, podLogs)
+	c, img, a, b, tc := w.c, w.img, w.a, w.b, w.tc
+
+	w.runs(t, pod(a.ns, "app-1", img.app, ifNotPresent, withSecret))
+	w.runs(t, pod(a.ns, "base", img.base, ifNotPresent, withSecret))
+
+	start := time.Now()
+	c.kl.stop(20 * time.Second)
+	c.mode = mode{name: "switch-over", proxy: true}
+	c.writeKubeletConfig()
+	c.startPullguard(ctx)
+	c.startKubelet(ctx)
+	t.Logf("switched over in %s", time.Since(start).Round(10*time.Millisecond))
+	for _, l := range c.pgOut.from(0) {
+		if strings.Contains(l, "kubelet's records") {
+			t.Logf("pullguard: %s", l)
+		}
+	}
+
+	w.step(t, "tenant B with Never is still refused", func(t *testing.T) {
+		w.neverPulled(t, pod(b.ns, "never", img.app, never, noSecret))
+	})
+	w.step(t, "tenant B without credentials is still refused by the registry", func(t *testing.T) {
+		w.refused(t, pod(b.ns, "intruder", img.app, ifNotPresent, noSecret), "team-a/app", false)
+	})
+	w.step(t, "tenant A runs again without downloading a layer", func(t *testing.T) {
+		from := w.mark(t)
+		w.runs(t, pod(a.ns, "app-2", img.app, ifNotPresent, withSecret))
+		tr := w.since(t, from, "team-a/app")
+		assert.LessOrEqual(t, tr.manifestOK, 1, "at most a verification")
+		assert.Zero(t, tr.blobs)
+		t.Logf("tenant A after the switch-over in the registry's log: %d manifest refused, %d granted, %d blobs", tr.manifestDenied, tr.manifestOK, tr.blobs)
+	})
+	w.step(t, "tenant C is verified without downloading a layer", func(t *testing.T) {
+		from := w.mark(t)
+		w.runs(t, pod(tc.ns, "app", img.app, ifNotPresent, withSecret))
+		tr := w.since(t, from, "team-a/app")
+		assert.Equal(t, 1, tr.manifestOK)
+		assert.Zero(t, tr.blobs)
+	})
+	w.step(t, "a preloaded image stays free", func(t *testing.T) {
+		// The kubelet (v1.36) writes its records as
+		// kubelet.config.k8s.io/v1beta1; a pullguard that cannot read them
+		// fails closed and verifies every present image, preloaded ones
+		// included, which refuses this pod.
+		w.freeRun(t, pod(b.ns, "agent", img.agent, never, noSecret))
+	})
+	t.Run("pullguard saw the pods and logged no credential", func(t *testing.T) {
+		w.noCredentialInPullguardLog(t, "team-a/app-2", "team-c/app", "team-b/intruder")
+	})
+}
