@@ -20,12 +20,17 @@ import (
 // The kubelet's own record directories under its root directory
 // (KubeletEnsureSecretPulledImages), and the kinds of their files.
 const (
-	KubeletRecordsDir   = "image_manager"
-	kubeletPulledDir    = "pulled"
-	kubeletPullingDir   = "pulling"
-	kubeletAPIVersion   = "kubelet.config.k8s.io/v1alpha1"
-	kindImagePulled     = "ImagePulledRecord"
-	kindImagePullIntent = "ImagePullIntent"
+	KubeletRecordsDir = "image_manager"
+	kubeletPulledDir  = "pulled"
+	kubeletPullingDir = "pulling"
+	kubeletAPIVersion = "kubelet.config.k8s.io/v1alpha1"
+	// kubeletAPIVersionBeta is what the kubelet writes since v1.35 (the
+	// feature's beta). Its records have the same JSON fields as v1alpha1's
+	// (TestKubeletRecordsOfBothVersions holds it to that), so both decode
+	// into the v1alpha1 types.
+	kubeletAPIVersionBeta = "kubelet.config.k8s.io/v1beta1"
+	kindImagePulled       = "ImagePulledRecord"
+	kindImagePullIntent   = "ImagePullIntent"
 	// maxKubeletRecord bounds one record file read from disk.
 	maxKubeletRecord = 1 << 20
 )
@@ -80,8 +85,8 @@ func decodeKubeletRecord(data []byte, kind string, into any, tm *metav1.TypeMeta
 	if err := json.Unmarshal(data, into); err != nil {
 		return fmt.Errorf("not a JSON %s: %w", kind, err)
 	}
-	if tm.APIVersion != kubeletAPIVersion || tm.Kind != kind {
-		return fmt.Errorf("apiVersion %q and kind %q, want %s %s", truncate(tm.APIVersion, 80), truncate(tm.Kind, 80), kubeletAPIVersion, kind)
+	if (tm.APIVersion != kubeletAPIVersion && tm.APIVersion != kubeletAPIVersionBeta) || tm.Kind != kind {
+		return fmt.Errorf("apiVersion %q and kind %q, want %s or %s, %s", truncate(tm.APIVersion, 80), truncate(tm.Kind, 80), kubeletAPIVersionBeta, kubeletAPIVersion, kind)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeletv1alpha1 "k8s.io/kubelet/config/v1alpha1"
+	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/criproxy"
@@ -120,4 +121,52 @@ func TestReadKubeletRecordsRefusesOtherKinds(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, missing.Pulled)
 	assert.Empty(t, missing.Unreadable)
+}
+
+// TestKubeletRecordsOfBothVersions reads records as the kubelet writes
+// them since v1.35 (kubelet.config.k8s.io/v1beta1) beside v1alpha1 ones:
+// both are read with every field, so a switch-over from a beta kubelet
+// keeps its node-accessible images free and its secret-pulled ones guarded.
+func TestKubeletRecordsOfBothVersions(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "image_manager")
+	updated := metav1.NewTime(time.Unix(7, 0).UTC())
+	writeJSON(t, filepath.Join(dir, "pulled", "beta-secret"), kubeletv1beta1.ImagePulledRecord{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "ImagePulledRecord"}, ImageRef: id(1), LastUpdatedTime: updated,
+		CredentialMapping: map[string]kubeletv1beta1.ImagePullCredentials{
+			reg + "/team-a/app": {
+				KubernetesSecrets:         []kubeletv1beta1.ImagePullSecret{{UID: "u", Namespace: "a", Name: "s", CredentialHash: "abc"}},
+				KubernetesServiceAccounts: []kubeletv1beta1.ImagePullServiceAccount{{UID: "sa-u", Namespace: "a", Name: "builder"}},
+			},
+		},
+	})
+	writeJSON(t, filepath.Join(dir, "pulled", "beta-open"), kubeletv1beta1.ImagePulledRecord{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "ImagePulledRecord"}, ImageRef: id(2),
+		CredentialMapping: map[string]kubeletv1beta1.ImagePullCredentials{reg + "/public/app": {NodePodsAccessible: true}},
+	})
+	writeJSON(t, filepath.Join(dir, "pulling", "beta-intent"), kubeletv1beta1.ImagePullIntent{
+		TypeMeta: metav1.TypeMeta{APIVersion: "kubelet.config.k8s.io/v1beta1", Kind: "ImagePullIntent"}, Image: reg + "/team-b/app:v1",
+	})
+	writeJSON(t, filepath.Join(dir, "pulling", "alpha-intent"), kubeletv1alpha1.ImagePullIntent{TypeMeta: kubeletTypeMeta("ImagePullIntent"), Image: reg + "/team-c/app:v1"})
+
+	recs, err := criproxy.ReadKubeletRecords(root)
+	require.NoError(t, err)
+	assert.Empty(t, recs.Unreadable)
+	require.Len(t, recs.Pulled, 2)
+	byRef := map[string]kubeletv1alpha1.ImagePulledRecord{}
+	for _, r := range recs.Pulled {
+		byRef[r.ImageRef] = r
+	}
+	secret := byRef[id(1)]
+	assert.True(t, secret.LastUpdatedTime.Equal(&updated))
+	got := secret.CredentialMapping[reg+"/team-a/app"]
+	assert.Equal(t, []kubeletv1alpha1.ImagePullSecret{{UID: "u", Namespace: "a", Name: "s", CredentialHash: "abc"}}, got.KubernetesSecrets)
+	assert.Equal(t, []kubeletv1alpha1.ImagePullServiceAccount{{UID: "sa-u", Namespace: "a", Name: "builder"}}, got.KubernetesServiceAccounts)
+	assert.False(t, got.NodePodsAccessible)
+	assert.True(t, byRef[id(2)].CredentialMapping[reg+"/public/app"].NodePodsAccessible)
+	var intents []string
+	for _, in := range recs.Intents {
+		intents = append(intents, in.Image)
+	}
+	assert.ElementsMatch(t, []string{reg + "/team-b/app:v1", reg + "/team-c/app:v1"}, intents)
 }

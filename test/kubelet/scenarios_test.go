@@ -195,9 +195,9 @@ func switchOver(t *testing.T, bins binaries, podLogs *[]string) {
 	})
 	w.step(t, "a preloaded image stays free", func(t *testing.T) {
 		// The kubelet (v1.36) writes its records as
-		// kubelet.config.k8s.io/v1beta1; a pullguard that cannot read them
-		// fails closed and verifies every present image, preloaded ones
-		// included, which refuses this pod.
+		// kubelet.config.k8s.io/v1beta1; a pullguard that could not read
+		// them would fail closed and verify every present image, preloaded
+		// ones included, and refuse this pod.
 		w.freeRun(t, pod(b.ns, "agent", img.agent, never, noSecret))
 	})
 	t.Run("pullguard saw the pods and logged no credential", func(t *testing.T) {
