@@ -89,8 +89,12 @@ func (b *claimTrustingBackend) PullImage(ctx context.Context, spec *runtimeapi.I
 	for _, img := range b.images {
 		for _, rd := range img.RepoDigests {
 			if strings.HasSuffix(rd, "@"+desc.Digest.String()) {
-				img.RepoTags = append(img.RepoTags, spec.GetImage())
-				img.RepoDigests = append(img.RepoDigests, ref.Context().Name()+"@"+desc.Digest.String())
+				if rd := ref.Context().Name() + "@" + desc.Digest.String(); !contains(img.RepoDigests, rd) {
+					img.RepoDigests = append(img.RepoDigests, rd)
+				}
+				if !contains(img.RepoTags, spec.GetImage()) {
+					img.RepoTags = append(img.RepoTags, spec.GetImage())
+				}
 				return img.Id, nil
 			}
 		}
@@ -125,13 +129,13 @@ type verifyEnv struct {
 
 var verifyPasswords = map[string]string{"alice": "alice-pw-91c2e7", "carol": "carol-pw-4d7f10", "bob": "bob-pw-e03a55"}
 
-func newVerifyEnv(t *testing.T, verify bool) *verifyEnv {
+func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 	t.Helper()
 	ctx := context.Background()
 	reg, err := registry.New(registry.Config{
 		Users: []registry.User{{Name: "alice", Password: verifyPasswords["alice"]}, {Name: "carol", Password: verifyPasswords["carol"]},
 			{Name: "bob", Password: verifyPasswords["bob"]}},
-		Repositories: []registry.Repository{{Name: "team-a/app", Readers: []string{"alice", "carol"}}},
+		Repositories: []registry.Repository{{Name: "team-a/app", Readers: []string{"alice", "carol"}}, {Name: "public/tool", Public: true}},
 	}, registry.WithBcryptCost(bcrypt.MinCost))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = reg.Close() })
@@ -154,7 +158,7 @@ func newVerifyEnv(t *testing.T, verify bool) *verifyEnv {
 }
 
 // start opens the tracker and the proxy (again, for a restart).
-func (e *verifyEnv) start(t *testing.T) {
+func (e *verifyEnv) start(t testing.TB) {
 	t.Helper()
 	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: e.dir}, criproxy.Inventory(e.backend))
 	require.NoError(t, err)
@@ -190,7 +194,7 @@ func (e *verifyEnv) pullAlways(ns, image string, auth *runtimeapi.AuthConfig) (s
 	return resp.GetImageRef(), err
 }
 
-func (e *verifyEnv) present(t *testing.T, image string) bool {
+func (e *verifyEnv) present(t testing.TB, image string) bool {
 	t.Helper()
 	resp, err := e.srv.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
 	require.NoError(t, err)
@@ -390,4 +394,27 @@ func TestVerifyFailsClosed(t *testing.T) {
 	_, err = srv.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: pod("team-b", "p")})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"sha256:" + strings.Repeat("b", 64)}, expected)
+}
+
+// BenchmarkForwardedPull is what the check adds to a forwarded pull: the
+// backend's HEAD (as containerd's) alone, then with pullguard's GET of the
+// manifest, against an in-process registry (anonymous pulls of a public
+// image, which are always forwarded).
+func BenchmarkForwardedPull(b *testing.B) {
+	for _, verify := range []bool{false, true} {
+		b.Run(fmt.Sprintf("verify=%t", verify), func(b *testing.B) {
+			e := newVerifyEnv(b, verify)
+			public, err := e.reg.Copy(context.Background(), "team-a/app:v1", "public/tool", "1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := e.pullAlways("team-c", public.Reference, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -14,7 +14,8 @@ import (
 
 // verifiedPullManifests is what one verification pull of a present image
 // costs in successful manifest requests on containerd: containerd's HEAD,
-// then pullguard's GET of the bytes (scenario 9 shows why).
+// then pullguard's GET of the bytes (scenario 9 shows why), through
+// `pullguard run` and through `pullguard serve` alike.
 const verifiedPullManifests = 2
 
 // Scenario 9: a tenant runs its own registry that answers a HEAD of
@@ -28,9 +29,10 @@ const verifiedPullManifests = 2
 func TestLyingRegistry(t *testing.T) {
 	need(t)
 	alice := newTenant("s9-alice")
-	h.issuer.grant(alice.user, "s9/team-a/*", "pull")
-	const seed = 901
-	image := push(t, "s9/team-a/app", "v1", seed)
+	h.issuer.grant(alice.user, "s9x/team-a/*", "pull")
+	// Bytes of its own: TestServeTenants must download its image.
+	const seed = 907
+	image := push(t, "s9x/team-a/app", "v1", seed)
 	img, err := registry.Image(seed, 2, 16<<10)
 	require.NoError(t, err)
 	digest, err := img.Digest()
@@ -79,7 +81,7 @@ func TestLyingRegistry(t *testing.T) {
 			}
 			assert.Positive(t, heads, "containerd resolved by HEAD")
 			assert.Positive(t, gets, "pullguard asked for the bytes")
-			assert.Zero(t, trafficFor(t, m, "s9/team-a/app").blobs, "tenant A's registry served nothing to the intruder")
+			assert.Zero(t, trafficFor(t, m, "s9x/team-a/app").blobs, "tenant A's registry served nothing to the intruder")
 
 			// A restart: the name still needs verification.
 			out = pullguard(t, root, podYAML("team-c", "victim-2", evil, "Never"))
