@@ -2,7 +2,6 @@ package criproxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -38,10 +37,6 @@ func WithManifestVerification(v ManifestVerifier) Option {
 	return func(s *Server) { s.verify = v }
 }
 
-// errUnverified marks a pull the backend reported as done whose manifest
-// the registry did not serve as the backend resolved it.
-var errUnverified = errors.New("the registry did not serve the manifest the runtime resolved")
-
 // verifyPull checks a pull the backend reported as successful; img is the
 // backend's status of the pulled image (nil if it reported none).
 func (s *Server) verifyPull(ctx context.Context, image string, auth *runtimeapi.AuthConfig, img *runtimeapi.Image) (string, error) {
@@ -50,13 +45,9 @@ func (s *Server) verifyPull(ctx context.Context, image string, auth *runtimeapi.
 	}
 	expected, err := pgruntime.ResolvedDigests(image, img)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", errUnverified, err)
+		return "", err
 	}
-	got, err := s.verify(ctx, image, verifyAuth(auth), expected)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errUnverified, err)
-	}
-	return got, nil
+	return s.verify(ctx, image, verifyAuth(auth), expected)
 }
 
 // verifyAuth is the credential the check presents: the pull's, in the
