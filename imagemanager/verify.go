@@ -7,6 +7,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // errUnverifiedPull marks a pull the runtime reported as done whose
@@ -46,9 +48,8 @@ func (m *Manager) verifyPull(ctx context.Context, image string, auth *runtimeapi
 		if err != nil {
 			return fmt.Errorf("failed to verify the pull of %q: %w", image, err)
 		}
-		expected = repoDigests(ref.Context(), st.GetImage())
-		if len(expected) == 0 {
-			return fmt.Errorf("failed to verify the pull of %q: the runtime reports no digest of it for %s", image, ref.Context().Name())
+		if expected, err = pgruntime.ResolvedDigests(image, st.GetImage()); err != nil {
+			return fmt.Errorf("failed to verify the pull of %q: %w", image, err)
 		}
 	}
 	got, err := m.verify(ctx, image, auth, expected)
@@ -57,17 +58,4 @@ func (m *Manager) verifyPull(ctx context.Context, image string, auth *runtimeapi
 	}
 	m.logger.V(3).Info("Verified the registry served the manifest", "image", image, "digest", got)
 	return nil
-}
-
-// repoDigests returns the digests of img's RepoDigests in repository repo.
-func repoDigests(repo name.Repository, img *runtimeapi.Image) []string {
-	var out []string
-	for _, rd := range img.GetRepoDigests() {
-		d, err := name.NewDigest(rd)
-		if err != nil || d.Context().Name() != repo.Name() {
-			continue
-		}
-		out = append(out, d.DigestStr())
-	}
-	return out
 }

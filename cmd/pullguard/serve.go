@@ -203,7 +203,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}()
 
-	srv, err := criproxy.New(backend, tracker, hasher, criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow))
+	srv, err := criproxy.New(backend, tracker, hasher, o.proxyOptions(c, logger)...)
 	if err != nil {
 		return err
 	}
@@ -250,6 +250,26 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	logger.Info("Stopped")
 	return nil
 }
+
+// proxyOptions are the proxy's options. A real runtime's successful pulls
+// are checked ("no digest without bytes"): containerd names content it
+// holds after a registry only claimed its digest in a HEAD, so pullguard
+// GETs the manifest with the pod's credential and hashes it. The embedded
+// runtime GETs and hashes every manifest itself, and with the gate off
+// pulls behave as without the proxy: no check in either case.
+func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []criproxy.Option {
+	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow)}
+	if !o.embedded() && c.settings.Gates.EnsureSecretPulledImages {
+		opts = append(opts, criproxy.WithManifestVerification(verifyManifest))
+	}
+	return opts
+}
+
+func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
+	return pgruntime.VerifyManifest(ctx, image, auth, expected)
+}
+
+func (o *serveOptions) embedded() bool { return o.backend == "" || o.backend == EmbeddedEndpoint }
 
 func (o *serveOptions) backendName() string {
 	if o.backend == "" || o.backend == EmbeddedEndpoint {

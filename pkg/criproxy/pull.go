@@ -30,7 +30,11 @@ const afterPullTimeout = 30 * time.Second
 // other request (an anonymous one included) is forwarded: a durable pull
 // intent first (if it cannot be written, nothing is pulled), then the
 // backend's pull, which for a present image fetches only the manifest, so
-// the registry decides. A success is recorded: an anonymous pull makes the
+// the registry decides. With WithManifestVerification, a success must then
+// pass the check that the registry served the manifest bytes the backend
+// resolved ("no digest without bytes"): a failure is PermissionDenied,
+// records nothing and leaves the intent unresolved, so that the name needs
+// verification. A success is recorded: an anonymous pull makes the
 // image node-accessible under this name, a pull with a credential records
 // its keyed hash (see recordSource). A failure resolves the intent and
 // returns the backend's error as it is (the registry's 401 reaches the
@@ -79,7 +83,25 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterPullTimeout)
 	defer cancel()
-	id := s.imageID(after, spec, ref)
+	img := s.pulledImage(after, spec, ref)
+	// The caller's context: a pull the kubelet gave up on fails its check
+	// and stays unverified, which only asks for more verification.
+	if digest, err := s.verifyPull(ctx, image, req.GetAuth(), img); err != nil {
+		// The backend may now hold the name for content the registry never
+		// served. The intent stays unresolved, as the image manager leaves
+		// it: the name needs verification in this process (a pull in
+		// flight) and after a restart (pulled with no known credential).
+		msg := redactAuth(err.Error(), req.GetAuth())
+		countDecision("PullImage", "unverified", 0)
+		logger.Info("Refusing the pull: the registry did not serve the manifest the runtime resolved; nothing is recorded and the name requires verification", "err", msg)
+		return nil, unverifiedError(image, req.GetAuth(), err)
+	} else if digest != "" {
+		logger.V(3).Info("Verified the registry served the manifest", "digest", digest)
+	}
+	id := ref
+	if img.GetId() != "" {
+		id = img.GetId()
+	}
 	rec := cred
 	src := "anonymous"
 	if !cred.Anonymous() {
@@ -158,18 +180,19 @@ func (s *Server) pullFailed(ctx context.Context, logger klog.Logger, spec *runti
 	logger.V(2).Info("The runtime's pull failed", "err", pullErr.Error())
 }
 
-// imageID returns the pulled image's ID as ImageStatus reports it (the key
-// of the records): asked by the ref the pull returned (which a concurrent
-// pull of the same tag cannot move), else by name, else ref itself.
-func (s *Server) imageID(ctx context.Context, spec *runtimeapi.ImageSpec, ref string) string {
+// pulledImage returns the pulled image as ImageStatus reports it (its ID
+// is the key of the records, its RepoDigests what the backend resolved):
+// asked by the ref the pull returned (which a concurrent pull of the same
+// tag cannot move), else by name; nil if neither answers.
+func (s *Server) pulledImage(ctx context.Context, spec *runtimeapi.ImageSpec, ref string) *runtimeapi.Image {
 	for _, q := range []*runtimeapi.ImageSpec{{Image: ref, Annotations: spec.GetAnnotations(), RuntimeHandler: spec.GetRuntimeHandler()}, spec} {
 		if q.GetImage() == "" {
 			continue
 		}
 		resp, err := s.backend.ImageStatus(ctx, q, false)
 		if err == nil && resp.GetImage().GetId() != "" {
-			return resp.GetImage().GetId()
+			return resp.GetImage()
 		}
 	}
-	return ref
+	return nil
 }

@@ -47,6 +47,10 @@ type Server struct {
 
 	hidden *hiddenSet
 	window time.Duration
+
+	// verify checks a forwarded pull the backend reported done (nil: no
+	// check; see WithManifestVerification).
+	verify ManifestVerifier
 }
 
 // DefaultPruneInterval is how often, at most, a full ListImages (the

@@ -14,7 +14,8 @@ import (
 
 // verifiedPullManifests is what one verification pull of a present image
 // costs in successful manifest requests on containerd: containerd's HEAD,
-// then pullguard's GET of the bytes (scenario 9 shows why).
+// then pullguard's GET of the bytes (scenario 10 shows why), through
+// `pullguard run` and through `pullguard serve` alike.
 const verifiedPullManifests = 2
 
 // Scenario 10: a tenant runs its own registry that answers a HEAD of

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/internal/hostile"
+	"github.com/pullguard/pullguard/pkg/registry"
+)
+
+// Scenario 9 through `pullguard serve`: a tenant's registry answers a HEAD
+// of evil/app:v1 with the digest of tenant A's private manifest and never
+// serves those bytes. containerd, behind the proxy, names tenant A's
+// content evil/app:v1; the proxy GETs the manifest with the credential
+// crictl sent, sees the registry did not serve the bytes containerd
+// resolved, and refuses. Nothing gets through the proxy: not to the
+// pulling tenant, not to another tenant's pod, not after the daemon
+// restarts. The liar's log shows what was asked.
+func TestServeLyingRegistry(t *testing.T) {
+	need(t)
+	alice, mallory := newTenant("s9v-alice"), newTenant("s9v-mallory")
+	h.issuer.grant(alice.user, "s9v/team-a/*", "pull")
+	const seed = 931
+	image := push(t, "s9v/team-a/app", "v1", seed)
+	img, err := registry.Image(seed, 2, 16<<10)
+	require.NoError(t, err)
+	digest, err := img.Digest()
+	require.NoError(t, err)
+	mt, err := img.MediaType()
+	require.NoError(t, err)
+	d := startServe(t, newRoot(t))
+	pg := d.endpoint()
+	out, ok := crictlPull(t, pg, "team-a", "app-1", image, alice)
+	require.True(t, ok, out)
+
+	for _, tt := range []struct {
+		name string
+		mode hostile.Mode
+	}{
+		{name: "GET 404", mode: hostile.NoBytes},
+		{name: "other bytes", mode: hostile.OtherBytes},
+		{name: "other bytes as signed schema 1", mode: hostile.OtherBytesSchema1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			liar, err := hostile.Start(digest.String(), string(mt), tt.mode)
+			require.NoError(t, err)
+			t.Cleanup(liar.Close)
+			evil := liar.Host + "/evil/app:v1"
+			m := mark(t)
+
+			out, ok := crictlPull(t, pg, "team-b", "evil", evil, mallory)
+			t.Logf("crictl: %s", out)
+			t.Logf("the liar's log:\n%s", liar.Log())
+			assert.False(t, ok, "the pull through the proxy fails")
+			assert.Contains(t, out, "PermissionDenied")
+			assert.Contains(t, out, "the registry did not serve the manifest")
+			assert.NotContains(t, out, mallory.password)
+			assert.True(t, inspecti(t, h.containerd.endpoint(), evil), "containerd did name tenant A's content evil/app:v1 (the attack reached the runtime)")
+			assert.Equal(t, criImageID(t, image), criImageID(t, evil), "and it is tenant A's image")
+			assert.False(t, inspecti(t, pg, evil), "the proxy reports it absent")
+
+			var heads, gets int
+			for _, r := range liar.Requests() {
+				switch {
+				case r.Method == http.MethodHead && strings.Contains(r.Path, "/manifests/"):
+					heads++
+				case r.Method == http.MethodGet && strings.Contains(r.Path, "/manifests/"):
+					gets++
+				}
+			}
+			assert.Positive(t, heads, "containerd resolved by HEAD")
+			assert.Positive(t, gets, "pullguard asked for the bytes")
+
+			// Another tenant's pod, with nothing to show: refused too.
+			out, ok = crictlPull(t, pg, "team-c", "victim", evil, nil)
+			assert.False(t, ok, out)
+			assert.Contains(t, out, "the registry did not serve the manifest")
+			assert.Zero(t, trafficFor(t, m, "s9v/team-a/app").blobs, "tenant A's registry served nothing to the intruders")
+			assert.Zero(t, trafficFor(t, m, "s9v/team-a/app").manifestOK)
+
+			// A restart: the name still needs verification.
+			d.proc.stop()
+			d.start(t)
+			assert.False(t, inspecti(t, pg, evil), "after a restart the proxy still reports it absent")
+			// Tenant A's image is still tenant A's, from its record.
+			m = mark(t)
+			out, ok = crictlPull(t, pg, "team-a", "app-2", image, alice)
+			require.True(t, ok, out)
+			assert.Zero(t, registryRequests(t, m))
+		})
+	}
+}
