@@ -39,7 +39,7 @@ func populate(b *testing.B, dir string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s, err := openStore(filepath.Join(dir, StoreFile), false)
+	s, err := newBenchStore(dir, h)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func BenchmarkStartup(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s, err := openStore(filepath.Join(dir, StoreFile), true)
+			s, err := openBoltForBench(dir)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -8,28 +8,41 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/pullguard/pullguard/pkg/credential"
 )
 
 // ReadRecords reads the records under dir without changing anything, for
-// inspection (`pullguard records`). It opens the store read-only; while a
-// tracker holds the store open it fails after two seconds with an error
-// saying the store is locked. A missing store reads as empty; an unreadable
-// one is an error that says so. Unreadable records are returned
-// as records of unknown origin, as the tracker would treat them.
+// inspection (`pullguard records`). It reads the store with plain reads and
+// checks its integrity as a start-up does, with the node's hash key; while
+// a tracker runs on dir it fails after two seconds with an error saying
+// the store is locked. A missing store reads as empty; one that fails a
+// check is an error that says which. Unreadable records are returned as
+// records of unknown origin, as the tracker would treat them.
 func ReadRecords(dir string) ([]ImageRecord, Status, error) {
 	path := filepath.Join(dir, StoreFile)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil, Status{}, nil
 	}
-	s, err := openStore(path, true)
+	key, err := os.ReadFile(filepath.Join(dir, HashKeyFile))
+	if err != nil {
+		return nil, Status{}, fmt.Errorf("failed to read records in %s: cannot check the store without the node's hash key: %w", dir, err)
+	}
+	h, err := credential.NewHasher(key)
 	if err != nil {
 		return nil, Status{}, fmt.Errorf("failed to read records in %s: %w", dir, err)
 	}
-	defer s.close()
-	c, err := s.load()
+	sl := newSealer(h)
+	gen, err := openGenFile(filepath.Join(dir, GenerationFile), sl, false)
 	if err != nil {
 		return nil, Status{}, fmt.Errorf("failed to read records in %s: %w", dir, err)
 	}
+	defer gen.close()
+	s, err := openStore(path, sl, gen, true)
+	if err != nil {
+		return nil, Status{}, fmt.Errorf("failed to read records in %s: %w", dir, err)
+	}
+	c, _ := s.load()
 	out := make([]ImageRecord, 0, len(c.records)+len(c.unreadable))
 	for _, r := range c.records {
 		out = append(out, *r)
