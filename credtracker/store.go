@@ -78,29 +78,9 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, 
 	if err != nil {
 		return nil, err
 	}
-	f, err := parseBoltFile(data)
+	c, st, txid, err := verifyStore(data, path, sl, gen)
 	if err != nil {
-		return nil, corrupt(checkStructure, path, err)
-	}
-	workers := runtime.GOMAXPROCS(0)
-	st, err := sl.verify(f, workers)
-	if err != nil {
-		return nil, corrupt(checkSeal, path, err)
-	}
-	switch {
-	case gen.damaged != nil:
-		return nil, corrupt(checkGeneration, path, gen.damaged)
-	case !gen.existed:
-		// createStore writes the generation file before the store is
-		// renamed into place: a store without one was put there.
-		return nil, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
-	}
-	if st.gen < gen.gen {
-		return nil, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
-	}
-	c, err := decodeContents(f, workers)
-	if err != nil {
-		return nil, corrupt(checkDecode, path, err)
+		return nil, err
 	}
 	s = &store{path: path, sealer: sl, gen: gen, seal: st, loaded: c}
 	if readOnly {
@@ -116,9 +96,9 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, 
 	s.db = db
 	// The generation file's lock keeps other pullguards out; this catches
 	// anything else that changed the file since it was read.
-	var txid uint64
-	_ = db.View(func(tx *bolt.Tx) error { txid = uint64(tx.ID()); return nil })
-	if txid != f.txid {
+	var dbTxid uint64
+	_ = db.View(func(tx *bolt.Tx) error { dbTxid = uint64(tx.ID()); return nil })
+	if dbTxid != txid {
 		db.Close()
 		return nil, corrupt(checkStructure, path, errors.New("the file changed while it was opened"))
 	}
@@ -130,6 +110,36 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, 
 		}
 	}
 	return s, nil
+}
+
+// verifyStore checks data, the bytes of the store file at path: its
+// structure, its seal, its generation against the generation file's; and
+// decodes it. It returns the contents, the seal and bbolt's transaction id.
+func verifyStore(data []byte, path string, sl *sealer, gen *genFile) (contents, seal, uint64, error) {
+	f, err := parseBoltFile(data)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkStructure, path, err)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	st, err := sl.verify(f, workers)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkSeal, path, err)
+	}
+	switch {
+	case gen.damaged != nil:
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, gen.damaged)
+	case !gen.existed:
+		// createStore writes the generation file before the store is
+		// renamed into place: a store without one was put there.
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
+	case st.gen < gen.gen:
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
+	}
+	c, err := decodeContents(f, workers)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkDecode, path, err)
+	}
+	return c, st, f.txid, nil
 }
 
 // readStoreFile reads the whole file with plain reads (never a memory map),
