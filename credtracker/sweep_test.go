@@ -53,9 +53,9 @@ var (
 
 type sweepResult struct {
 	Size, Mutations, Detected, Unchanged, Changed int
-	FullStarts, FullRecovered, Admissions           int
-	MaxOpen, MaxStart                               time.Duration
-	Failures                                        []string
+	FullStarts, FullRecovered, Admissions         int
+	MaxOpen, MaxStart                             time.Duration
+	Failures                                      []string
 }
 
 func (r *sweepResult) fail(format string, args ...any) {
