@@ -133,7 +133,9 @@ func (g *genFile) write(gen uint64, sync bool) error {
 		return fmt.Errorf("failed to write %s: %w", g.f.Name(), err)
 	}
 	if sync {
-		if err := g.f.Sync(); err != nil {
+		// fdatasync, as bbolt syncs: the file's size changes only at its
+		// first two writes, so this flushes the slot and no metadata.
+		if err := syscall.Fdatasync(int(g.f.Fd())); err != nil {
 			return fmt.Errorf("failed to sync %s: %w", g.f.Name(), err)
 		}
 	}

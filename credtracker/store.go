@@ -3,7 +3,6 @@ package credtracker
 import (
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"os"
 	"path/filepath"
@@ -180,7 +179,7 @@ func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync 
 	}
 	next := seal{gen: max(gen.gen+1, uint64(time.Now().UnixNano()))}
 	err = db.Update(func(tx *bolt.Tx) error {
-		w := &sealedTx{tx: tx, mac: sl.newMAC(), next: &next}
+		w := &sealedTx{tx: tx, mac: sl.newEntryMAC(), next: &next}
 		for _, b := range [][]byte{bucketPulled, bucketIntents, bucketMeta} {
 			if _, err := tx.CreateBucket(b); err != nil {
 				return err
@@ -244,7 +243,7 @@ func (s *store) update(fn func(w *sealedTx) error) error {
 	next := s.seal
 	next.gen++
 	err := s.db.Update(func(tx *bolt.Tx) error {
-		w := &sealedTx{tx: tx, mac: s.sealer.newMAC(), next: &next}
+		w := &sealedTx{tx: tx, mac: s.sealer.newEntryMAC(), next: &next}
 		if err := fn(w); err != nil {
 			return err
 		}
@@ -338,12 +337,12 @@ func (s *store) putStatus(st storeStatus) error {
 // the new entry in. O(1) per change, whatever the number of records.
 type sealedTx struct {
 	tx   *bolt.Tx
-	mac  hash.Hash
+	mac  *entryMAC
 	next *seal
 }
 
 func (w *sealedTx) hashOf(bucket, k, v []byte) digest {
-	return entryMAC(w.mac, bucketID(bucket), k, v)
+	return w.mac.sum(bucketID(bucket), k, v)
 }
 
 func (w *sealedTx) forget(b *bolt.Bucket, bucket, k []byte) {
