@@ -228,6 +228,12 @@ func (r *boltReader) walkBucket(v []byte, fn func(flags uint32, k, v []byte) err
 	if flags := binary.LittleEndian.Uint16(inline[8:]); flags != boltFlagLeaf {
 		return fmt.Errorf("%w: an inline bucket of page type %#x", errBoltFormat, flags)
 	}
+	// bbolt writes an inline page with id 0 and no overflow, and frees
+	// the page its header names when it rewrites the bucket: any other id
+	// would make it touch that page (FuzzStoreFile found this).
+	if id, overflow := binary.LittleEndian.Uint64(inline), binary.LittleEndian.Uint32(inline[12:]); id != 0 || overflow != 0 {
+		return fmt.Errorf("%w: an inline bucket's page header names page %d (+%d)", errBoltFormat, id, overflow)
+	}
 	var prev []byte
 	return r.leaf(inline, int(binary.LittleEndian.Uint16(inline[10:])), nil, nil, &prev, fn)
 }
