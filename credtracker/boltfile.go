@@ -62,6 +62,7 @@ type boltEntry struct{ key, value []byte }
 type boltFile struct {
 	buckets map[string][]boltEntry
 	txid    uint64
+	pages   uint64 // the high-water mark: pages past it are never read
 }
 
 type boltReader struct {
@@ -84,7 +85,7 @@ func parseBoltFile(data []byte) (*boltFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.file.txid = m.txid
+	r.file.txid, r.file.pages = m.txid, m.hwm
 	r.used = make([]bool, r.hwm)
 	r.used[0], r.used[1] = true, true
 	if err := r.walkRoot(m.root); err != nil {
