@@ -332,46 +332,6 @@ func (s *store) putStatus(st storeStatus) error {
 	})
 }
 
-// sealedTx changes entries in a transaction and the seal with them: the
-// MAC of the entry a change replaces is XORed out of the seal, the MAC of
-// the new entry in. O(1) per change, whatever the number of records.
-type sealedTx struct {
-	tx   *bolt.Tx
-	mac  *entryMAC
-	next *seal
-}
-
-func (w *sealedTx) hashOf(bucket, k, v []byte) digest {
-	return w.mac.sum(bucketID(bucket), k, v)
-}
-
-func (w *sealedTx) forget(b *bolt.Bucket, bucket, k []byte) {
-	if old := b.Get(k); old != nil {
-		w.next.sum.xor(w.hashOf(bucket, k, old))
-		w.next.count--
-	}
-}
-
-func (w *sealedTx) put(bucket, k, v []byte) error {
-	if string(bucket) == string(bucketMeta) && string(k) == string(keySeal) {
-		return errors.New("the seal is not an entry")
-	}
-	b := w.tx.Bucket(bucket)
-	w.forget(b, bucket, k)
-	if err := b.Put(k, v); err != nil {
-		return err
-	}
-	w.next.sum.xor(w.hashOf(bucket, k, v))
-	w.next.count++
-	return nil
-}
-
-func (w *sealedTx) del(bucket, k []byte) error {
-	b := w.tx.Bucket(bucket)
-	w.forget(b, bucket, k)
-	return b.Delete(k)
-}
-
 // decodeContents decodes every object of a verified store, on every core:
 // start-up time is decoding time. A record that does not decode is
 // returned in unreadable, not failed on.

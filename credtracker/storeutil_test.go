@@ -2,6 +2,8 @@ package credtracker
 
 import (
 	"path/filepath"
+	"syscall"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -38,4 +40,11 @@ func openBoltForBench(dir string) (*store, error) {
 		return nil, err
 	}
 	return &store{db: db, gen: &genFile{}}, nil
+}
+
+// cpuTime is the CPU time the process has used, in user and system mode.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
