@@ -85,6 +85,16 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, 
 	if readOnly {
 		return s, nil
 	}
+	// A Go panic in bbolt is not expected on a file that passed the
+	// checks; if one comes, it means the same as a failed check.
+	defer func() {
+		if p := recover(); p != nil {
+			if s != nil && s.db != nil {
+				s.db.Close()
+			}
+			s, err = nil, corrupt(checkStructure, path, errors.New("bbolt panicked opening the file"))
+		}
+	}()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
@@ -239,10 +249,16 @@ func (s *store) load() (contents, error) {
 // update is one durable transaction: fn changes entries through a
 // sealedTx, which keeps the seal up to date; the seal is written last, in
 // the same transaction, and the generation file after the commit.
-func (s *store) update(fn func(w *sealedTx) error) error {
+func (s *store) update(fn func(w *sealedTx) error) (err error) {
+	defer func() {
+		// bbolt rolls the transaction back before the panic reaches here.
+		if p := recover(); p != nil {
+			err = errors.New("the record store's write failed: bbolt panicked")
+		}
+	}()
 	next := s.seal
 	next.gen++
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		w := &sealedTx{tx: tx, mac: s.sealer.newEntryMAC(), next: &next}
 		if err := fn(w); err != nil {
 			return err
