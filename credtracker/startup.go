@@ -308,11 +308,10 @@ func (t *tracker) seed(imgs []Image, st storeStatus, now time.Time) error {
 		t.images.store(r)
 		put = append(put, r)
 	}
-	if err := t.write("seed", func() error { return t.store.apply(put, nil, nil) }); err != nil {
-		return fmt.Errorf("failed to seed the new record store: %w", err)
-	}
+	// The records and the cleared mark in one transaction: a crash leaves
+	// the seed either done or still owed.
 	st.SeedPending = false
-	if err := t.write("seed", func() error { return t.store.putStatus(st) }); err != nil {
+	if err := t.write("seed", func() error { return t.store.seed(put, st) }); err != nil {
 		return fmt.Errorf("failed to seed the new record store: %w", err)
 	}
 	t.logger.Info("Seeded the new record store from the runtime's images", "images", len(imgs))

@@ -342,6 +342,18 @@ func (s *store) quarantine(r *ImageRecord) error {
 	})
 }
 
+// seed stores every record in put and the status st, in one transaction.
+func (s *store) seed(put []*ImageRecord, st storeStatus) error {
+	return s.update(func(w *sealedTx) error {
+		for _, r := range put {
+			if err := w.put(bucketPulled, []byte(r.ImageRef), encodeRecord(r)); err != nil {
+				return err
+			}
+		}
+		return w.put(bucketMeta, keyStatus, encodeStatus(st))
+	})
+}
+
 func (s *store) putStatus(st storeStatus) error {
 	return s.update(func(w *sealedTx) error {
 		return w.put(bucketMeta, keyStatus, encodeStatus(st))
