@@ -38,9 +38,11 @@ func TestTamperedStoreThroughTheBinary(t *testing.T) {
 			want: "integrity seal does not match",
 		},
 		{
-			name:   "the store of an earlier run put back",
-			tamper: func(t *testing.T, store string, backup []byte) { require.NoError(t, os.WriteFile(store, backup, 0o600)) },
-			want:   "older than the node's",
+			name: "the store of an earlier run put back",
+			tamper: func(t *testing.T, store string, backup []byte) {
+				require.NoError(t, os.WriteFile(store, backup, 0o600))
+			},
+			want: "older than the node's",
 		},
 	}
 	for _, tt := range tests {
