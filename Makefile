@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet bench bench-upstream fuzz lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-kubelet bench bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -64,6 +64,12 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+## sweep: the record store's damage sweeps in full: every bit and page boundary of a
+## small store, and SWEEP_POSITIONS random bits of a store of 10 000 records.
+SWEEP_POSITIONS ?= 10000
+sweep:
+	CREDTRACKER_SWEEP_LARGE=$(SWEEP_POSITIONS) $(GO) test -count=1 -run '^TestStoreSweep' -v -timeout 90m ./credtracker/
 
 ## lint: gofmt, go vet, and go.mod/go.sum exactly as `go mod tidy` leaves them.
 lint:

@@ -47,12 +47,19 @@ func TestLostHashKeyMeansVerifyAgain(t *testing.T) {
 	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
 	require.NoError(t, e.tr.Close())
 	require.NoError(t, os.Remove(filepath.Join(e.dir, credtracker.HashKeyFile)))
+	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}
 	e.start()
-	assert.True(t, e.tr.Status().HashKeyCreated)
-	// Same content, other coordinates: only a hash could match, and the
-	// new key makes it differ.
-	other := e.secretCred(reg, "team-c", "copy", "uid-c", "alice", "pw")
-	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp, other)).Reason)
+	st := e.tr.Status()
+	assert.True(t, st.HashKeyCreated)
+	// The store was sealed with the old key: it is not trusted at all.
+	assert.Contains(t, st.RecoveryReason, "not made with this node's key")
+	// Same content, same or other coordinates: the image must be verified.
+	for _, c := range []credential.Credential{
+		e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"),
+		e.secretCred(reg, "team-c", "copy", "uid-c", "alice", "pw"),
+	} {
+		assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent(appImage, refApp, c)).Reason)
+	}
 }
 
 func TestLeftoverIntentBecomesRecordWithNoCredentials(t *testing.T) {
@@ -191,19 +198,23 @@ func TestCorruptRecordIsNeverTrusted(t *testing.T) {
 			// into a grant; a secret record the one it could hand over.
 			e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
 			require.NoError(t, e.tr.Close())
+			// The change is made through bbolt, as a tool or a bug might:
+			// bbolt's structure stays valid, the store's seal does not.
 			flipValueByte(t, filepath.Join(e.dir, credtracker.StoreFile), refApp, offset+1000)
+			e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}
 			e.start()
 
 			st := e.tr.Status()
-			assert.Equal(t, 1, st.UnreadableRecords)
+			assert.NotZero(t, st.RecoveredAt)
+			assert.Contains(t, st.RecoveryReason, "integrity seal does not match")
 			for _, pp := range []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullNever} {
 				d := e.tr.Decide(credtracker.Request{Image: appImage, ImageRef: refApp, PullPolicy: pp})
 				assert.NotEqual(t, credtracker.UseImage, d.Action)
 				assert.Equal(t, credtracker.ReasonUnknownOrigin, d.Reason)
 			}
-			// The record was set aside and replaced: the next start is clean.
+			// The store was set aside and replaced: the next start is clean.
 			e.restart()
-			assert.Equal(t, 0, e.tr.Status().UnreadableRecords)
+			assert.Equal(t, st.RecoveredAt, e.tr.Status().RecoveredAt, "no second recovery")
 			assert.Equal(t, credtracker.ReasonUnknownOrigin, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
 		})
 	}
@@ -332,6 +343,7 @@ func TestReadRecords(t *testing.T) {
 	assert.Empty(t, empty)
 
 	bad := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(bad, credtracker.HashKeyFile), bytes.Repeat([]byte{7}, credential.KeySize), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(bad, credtracker.StoreFile), []byte("junk"), 0o600))
 	_, _, err = credtracker.ReadRecords(bad)
 	assert.ErrorContains(t, err, "unreadable")

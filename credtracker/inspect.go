@@ -8,27 +8,21 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/pullguard/pullguard/pkg/credential"
 )
 
 // ReadRecords reads the records under dir without changing anything, for
-// inspection (`pullguard records`). It opens the store read-only; while a
-// tracker holds the store open it fails after two seconds with an error
-// saying the store is locked. A missing store reads as empty; an unreadable
-// one is an error that says so. Unreadable records are returned
-// as records of unknown origin, as the tracker would treat them.
+// inspection (`pullguard records`). It reads the store with plain reads and
+// checks its integrity as a start-up does, with the node's hash key; while
+// a tracker runs on dir it fails after two seconds with an error saying
+// the store is locked. A missing store reads as empty; one that fails a
+// check is an error that says which. Unreadable records are returned as
+// records of unknown origin, as the tracker would treat them.
 func ReadRecords(dir string) ([]ImageRecord, Status, error) {
-	path := filepath.Join(dir, StoreFile)
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return nil, Status{}, nil
-	}
-	s, err := openStore(path, true)
-	if err != nil {
-		return nil, Status{}, fmt.Errorf("failed to read records in %s: %w", dir, err)
-	}
-	defer s.close()
-	c, err := s.load()
-	if err != nil {
-		return nil, Status{}, fmt.Errorf("failed to read records in %s: %w", dir, err)
+	c, found, err := inspectStore(dir)
+	if err != nil || !found {
+		return nil, Status{}, wrapInspect("records", dir, err)
 	}
 	out := make([]ImageRecord, 0, len(c.records)+len(c.unreadable))
 	for _, r := range c.records {
@@ -48,4 +42,43 @@ func ReadRecords(dir string) ([]ImageRecord, Status, error) {
 		Degraded:          c.status.SeedPending,
 	}
 	return out, st, nil
+}
+
+// inspectStore reads the store under dir as a start-up does (plain reads,
+// its structure and seal checked with the node's hash key, its generation
+// compared with records.gen), under a shared lock, changing nothing. found
+// is false when dir holds no store.
+func inspectStore(dir string) (c contents, found bool, err error) {
+	path := filepath.Join(dir, StoreFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return contents{}, false, nil
+	}
+	key, err := os.ReadFile(filepath.Join(dir, HashKeyFile))
+	if err != nil {
+		return contents{}, true, fmt.Errorf("cannot check the store without the node's hash key: %w", err)
+	}
+	h, err := credential.NewHasher(key)
+	if err != nil {
+		return contents{}, true, err
+	}
+	sl := newSealer(h)
+	gen, err := openGenFile(filepath.Join(dir, GenerationFile), sl, false)
+	if err != nil {
+		return contents{}, true, err
+	}
+	defer gen.close()
+	s, err := openStore(path, sl, gen, true)
+	if err != nil {
+		return contents{}, true, err
+	}
+	defer s.close()
+	c, _ = s.load()
+	return c, true, nil
+}
+
+func wrapInspect(what, dir string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("failed to read %s in %s: %w", what, dir, err)
 }

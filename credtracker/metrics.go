@@ -55,6 +55,14 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	integrityFailuresTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "store_integrity_failures_total",
+		Help:           "Times the record store failed an integrity check at start-up, by check (structure, seal, generation, missing, decode); each is followed by a recovery.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"check"})
+
 	storeErrorsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -123,7 +131,7 @@ func countCheck(d Decision) {
 // example with legacyregistry.MustRegister). Unregistered metrics record
 // nothing.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{checksTotal, recordsGaugeVec, intentsOwnGauge, kubeletOnDiskRecords, kubeletOnDiskIntents, unreadableTotal, recoveriesTotal, storeErrorsTotal, writeDuration}
+	return []metrics.Registerable{checksTotal, recordsGaugeVec, intentsOwnGauge, kubeletOnDiskRecords, kubeletOnDiskIntents, unreadableTotal, recoveriesTotal, integrityFailuresTotal, storeErrorsTotal, writeDuration}
 }
 
 // gaugeSetter is what the tracker does with a gauge.

@@ -108,17 +108,14 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 	t.hasher = hasher
 	t.status.HashKeyCreated = created
 
-	path := filepath.Join(cfg.Dir, StoreFile)
-	var c contents
-	if missing := storeMissing(path, created); missing != nil {
-		c, err = t.recover(ctx, path, missing, inv)
-	} else {
-		c, err = t.open(path)
-		if errors.Is(err, errStoreCorrupt) {
-			c, err = t.recover(ctx, path, err, inv)
-		}
-	}
+	sl := newSealer(hasher)
+	gen, err := openGenFile(filepath.Join(cfg.Dir, GenerationFile), sl, true)
 	if err != nil {
+		return nil, fmt.Errorf("credential tracker: %w", err)
+	}
+	c, err := t.openOrRecover(ctx, filepath.Join(cfg.Dir, StoreFile), sl, gen, created)
+	if err != nil {
+		gen.close()
 		return nil, err
 	}
 	if created && len(c.records) > 0 {
@@ -131,10 +128,32 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 	return t, nil
 }
 
-// open opens the store and reads it; both failures that mean "corrupt" wrap
-// errStoreCorrupt.
-func (t *tracker) open(path string) (contents, error) {
-	s, err := openStore(path, false)
+// openOrRecover opens the store at path, creating it at a node's first
+// start, or recovers when it is missing or fails any integrity check.
+func (t *tracker) openOrRecover(ctx context.Context, path string, sl *sealer, gen *genFile, keyCreated bool) (contents, error) {
+	_, statErr := os.Stat(path)
+	switch {
+	case errors.Is(statErr, fs.ErrNotExist):
+		if cause := storeMissing(path, keyCreated, gen); cause != nil {
+			return t.recover(path, sl, gen, cause)
+		}
+		if err := createStore(path, sl, gen, nil, false); err != nil {
+			return contents{}, err
+		}
+	case statErr != nil:
+		return contents{}, fmt.Errorf("failed to open record store: %w", statErr)
+	}
+	c, err := t.open(path, sl, gen)
+	if errors.Is(err, errStoreCorrupt) {
+		return t.recover(path, sl, gen, err)
+	}
+	return c, err
+}
+
+// open opens the store and reads it; a store that fails any integrity
+// check is an error wrapping errStoreCorrupt.
+func (t *tracker) open(path string, sl *sealer, gen *genFile) (contents, error) {
+	s, err := openStore(path, sl, gen, false)
 	if err != nil {
 		return contents{}, err
 	}
@@ -148,20 +167,20 @@ func (t *tracker) open(path string) (contents, error) {
 }
 
 // storeMissing reports, as an error to recover from, a store that should
-// exist and does not: the node has state (a hash key made at an earlier
-// start, or a store set aside by an earlier recovery that did not finish).
-// Starting over with an empty store would make every credential-pulled
-// image look preloaded. It returns nil for a node's first start.
-func storeMissing(path string, keyCreated bool) error {
-	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+// exist and does not: the node has state (a hash key or a generation file
+// made at an earlier start, or a store set aside by an earlier recovery
+// that did not finish). Starting over with an empty store would make every
+// credential-pulled image look preloaded. It returns nil for a node's
+// first start.
+func storeMissing(path string, keyCreated bool, gen *genFile) error {
 	aside, _ := filepath.Glob(path + ".unreadable-*")
 	switch {
 	case len(aside) > 0:
-		return fmt.Errorf("%w: %s is missing after it was set aside", errStoreCorrupt, path)
+		return corrupt(checkMissing, path, errors.New("missing after it was set aside"))
 	case !keyCreated:
-		return fmt.Errorf("%w: %s is missing but the node's hash key is not new", errStoreCorrupt, path)
+		return corrupt(checkMissing, path, errors.New("missing but the node's hash key is not new"))
+	case gen.existed:
+		return corrupt(checkMissing, path, errors.New("missing but the node has written a store before (its generation file exists)"))
 	}
 	return nil
 }
@@ -171,7 +190,7 @@ func storeMissing(path string, keyCreated bool) error {
 // made under a temporary name with its pending seed already committed, then
 // renamed into place: a crash at any point leaves either no store (which
 // the next start recovers again) or one that says it still owes the seed.
-func (t *tracker) recover(ctx context.Context, path string, cause error, inv ImageInventory) (contents, error) {
+func (t *tracker) recover(path string, sl *sealer, gen *genFile, cause error) (contents, error) {
 	now := t.clock.Now()
 	aside := ""
 	if _, err := os.Stat(path); err == nil {
@@ -181,29 +200,19 @@ func (t *tracker) recover(ctx context.Context, path string, cause error, inv Ima
 		}
 	}
 	recoveriesTotal.Inc()
-	t.logger.Error(cause, "Record store is unreadable; a new one is being seeded from the runtime's images, which will all require credential verification", "asidePath", aside)
+	check := checkStructure
+	var ce *storeCorruptError
+	if errors.As(cause, &ce) {
+		check = ce.check
+	}
+	integrityFailuresTotal.WithLabelValues(check).Inc()
+	t.logger.Error(cause, "Record store failed its integrity check; a new one is being seeded from the runtime's images, which will all require credential verification", "check", check, "asidePath", aside)
 	st := storeStatus{RecoveredAt: now, RecoveryReason: truncate(cause.Error(), 1024), AsidePath: aside, SeedPending: true}
-
-	tmp := path + ".new"
-	_ = os.Remove(tmp) // a leftover of an interrupted recovery
-	s, err := openStore(tmp, false)
-	if err != nil {
-		return contents{}, fmt.Errorf("failed to create a new record store: %w", err)
-	}
-	err = s.putStatus(st)
-	if cerr := s.close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
+	if err := createStore(path, sl, gen, &st, false); err != nil {
 		return contents{}, fmt.Errorf("failed to put a new record store in place: %w", err)
 	}
-	if s, err = openStore(path, false); err != nil {
+	s, err := openStore(path, sl, gen, false)
+	if err != nil {
 		return contents{}, fmt.Errorf("failed to open the new record store: %w", err)
 	}
 	t.store = s
@@ -299,11 +308,10 @@ func (t *tracker) seed(imgs []Image, st storeStatus, now time.Time) error {
 		t.images.store(r)
 		put = append(put, r)
 	}
-	if err := t.write("seed", func() error { return t.store.apply(put, nil, nil) }); err != nil {
-		return fmt.Errorf("failed to seed the new record store: %w", err)
-	}
+	// The records and the cleared mark in one transaction: a crash leaves
+	// the seed either done or still owed.
 	st.SeedPending = false
-	if err := t.write("seed", func() error { return t.store.putStatus(st) }); err != nil {
+	if err := t.write("seed", func() error { return t.store.seed(put, st) }); err != nil {
 		return fmt.Errorf("failed to seed the new record store: %w", err)
 	}
 	t.logger.Info("Seeded the new record store from the runtime's images", "images", len(imgs))

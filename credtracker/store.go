@@ -3,9 +3,10 @@ package credtracker
 import (
 	"errors"
 	"fmt"
-	"io/fs"
+	"io"
+	"os"
+	"path/filepath"
 	"runtime"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,11 +15,17 @@ import (
 
 // The store is one bbolt file with three buckets. Every change is one
 // transaction, fsynced before it returns (bbolt's default), so after a
-// crash the file holds the state before or after it, never a mix.
+// crash the file holds the state before or after it, never a mix. Every
+// transaction also updates the store's seal (seal.go) and, once
+// committed, the generation file (genfile.go).
+//
+// bbolt is never the first to read the file: openStore reads it with plain
+// reads, checks its structure (boltfile.go) and its seal, and decodes it,
+// and only then lets bbolt map it for the writes to come.
 var (
 	bucketPulled  = []byte("pulled")  // image ref -> ImagePulledRecord
 	bucketIntents = []byte("intents") // normalized image -> ImagePullIntent
-	bucketMeta    = []byte("meta")    // "status" -> StoreStatus; "quarantine/<ref>" -> unreadable bytes
+	bucketMeta    = []byte("meta")    // "status" -> StoreStatus; "seal" -> seal; "quarantine/<ref>" -> unreadable bytes
 	keyStatus     = []byte("status")
 )
 
@@ -28,50 +35,201 @@ const quarantinePrefix = "quarantine/"
 // be trusted (as opposed to being busy or not permitted).
 var errStoreCorrupt = errors.New("record store is unreadable")
 
-type store struct {
-	db   *bolt.DB
-	path string
+// storeCorruptError says which integrity check failed (the label of the
+// integrity-failure metric) and why, in words that never quote the file.
+type storeCorruptError struct {
+	check string
+	msg   string
 }
 
-// openStore opens (creating if needed) the store at path. An error wrapping
-// errStoreCorrupt means the file exists but is not a usable store.
-func openStore(path string, readOnly bool) (s *store, err error) {
-	defer func() {
-		// bbolt may panic on a corrupt file rather than return an error.
-		if p := recover(); p != nil {
-			s, err = nil, fmt.Errorf("%w: %s: %v", errStoreCorrupt, path, p)
-		}
-	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second, ReadOnly: readOnly})
+func (e *storeCorruptError) Error() string        { return errStoreCorrupt.Error() + ": " + e.msg }
+func (e *storeCorruptError) Is(target error) bool { return target == errStoreCorrupt }
+
+// Integrity checks, the values of the check label.
+const (
+	checkStructure  = "structure"  // not a well-formed store file
+	checkSeal       = "seal"       // an entry added, removed or changed; another node's store
+	checkGeneration = "generation" // an older copy of the store; a damaged generation file
+	checkMissing    = "missing"    // no store, or an empty one, where one should be
+	checkDecode     = "decode"     // a sealed value that does not decode
+)
+
+func corrupt(check, path string, err error) error {
+	return &storeCorruptError{check: check, msg: fmt.Sprintf("%s: %v", path, err)}
+}
+
+type store struct {
+	db     *bolt.DB
+	path   string
+	sealer *sealer
+	gen    *genFile
+	seal   seal
+	// loaded is what openStore read; load hands it out once.
+	loaded contents
+}
+
+// openStore reads and verifies the store at path against the generation
+// file, then (unless readOnly) opens it with bbolt for writing. An error
+// wrapping errStoreCorrupt means the file is not the store this node last
+// wrote; fs.ErrNotExist that there is no file.
+func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, err error) {
+	data, err := readStoreFile(path)
 	if err != nil {
-		switch {
-		case errors.Is(err, bolterrors.ErrTimeout):
-			return nil, fmt.Errorf("failed to open record store %s: locked by another process", path)
-		case errors.Is(err, fs.ErrPermission), errors.Is(err, fs.ErrNotExist):
-			return nil, fmt.Errorf("failed to open record store: %w", err)
-		default:
-			return nil, fmt.Errorf("%w: %s: %v", errStoreCorrupt, path, err)
-		}
+		return nil, err
 	}
-	s = &store{db: db, path: path}
+	c, st, txid, err := verifyStore(data, path, sl, gen)
+	if err != nil {
+		return nil, err
+	}
+	s = &store{path: path, sealer: sl, gen: gen, seal: st, loaded: c}
 	if readOnly {
 		return s, nil
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketPulled, bucketIntents, bucketMeta} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
+	// A Go panic in bbolt is not expected on a file that passed the
+	// checks; if one comes, it means the same as a failed check.
+	defer func() {
+		if p := recover(); p != nil {
+			if s != nil && s.db != nil {
+				s.db.Close()
 			}
+			s, err = nil, corrupt(checkStructure, path, errors.New("bbolt panicked opening the file"))
 		}
-		return nil
-	}); err != nil {
+	}()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	if err != nil {
+		if errors.Is(err, bolterrors.ErrTimeout) {
+			return nil, fmt.Errorf("failed to open record store %s: locked by another process", path)
+		}
+		return nil, corrupt(checkStructure, path, err)
+	}
+	s.db = db
+	// The generation file's lock keeps other pullguards out; this catches
+	// anything else that changed the file since it was read.
+	var dbTxid uint64
+	_ = db.View(func(tx *bolt.Tx) error { dbTxid = uint64(tx.ID()); return nil })
+	if dbTxid != txid {
 		db.Close()
-		return nil, fmt.Errorf("%w: %s: %v", errStoreCorrupt, path, err)
+		return nil, corrupt(checkStructure, path, errors.New("the file changed while it was opened"))
+	}
+	if st.gen > gen.gen {
+		// A crash came between a commit and its generation's write.
+		if err := gen.write(st.gen, true); err != nil {
+			db.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
 
-func (s *store) close() error { return s.db.Close() }
+// verifyStore checks data, the bytes of the store file at path: its
+// structure, its seal, its generation against the generation file's; and
+// decodes it. It returns the contents, the seal and bbolt's transaction id.
+func verifyStore(data []byte, path string, sl *sealer, gen *genFile) (contents, seal, uint64, error) {
+	f, err := parseBoltFile(data)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkStructure, path, err)
+	}
+	workers := runtime.GOMAXPROCS(0)
+	st, err := sl.verify(f, workers)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkSeal, path, err)
+	}
+	switch {
+	case gen.damaged != nil:
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, gen.damaged)
+	case !gen.existed:
+		// createStore writes the generation file before the store is
+		// renamed into place: a store without one was put there.
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
+	case st.gen < gen.gen:
+		return contents{}, seal{}, 0, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
+	}
+	c, err := decodeContents(f, workers)
+	if err != nil {
+		return contents{}, seal{}, 0, corrupt(checkDecode, path, err)
+	}
+	return c, st, f.txid, nil
+}
+
+// readStoreFile reads the whole file with plain reads (never a memory map),
+// bounded by maxStoreSize.
+func readStoreFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to open record store: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("failed to open record store: %w", err)
+	}
+	switch size := fi.Size(); {
+	case size == 0:
+		return nil, corrupt(checkMissing, path, errors.New("the file is empty"))
+	case size > maxStoreSize:
+		return nil, corrupt(checkStructure, path, fmt.Errorf("%d bytes is more than the %d a store may have", size, int64(maxStoreSize)))
+	}
+	data := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, corrupt(checkStructure, path, fmt.Errorf("failed to read: %w", err))
+	}
+	return data, nil
+}
+
+// createStore makes a new, empty, sealed store at path with status st
+// (when st is not nil), under a temporary name renamed into place. Its
+// generation is above every generation the node has had: the generation
+// file's, and the clock's, so that no earlier store is ever taken for it.
+func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync bool) error {
+	tmp := path + ".new"
+	_ = os.Remove(tmp) // a leftover of an interrupted creation
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: noSync})
+	if err != nil {
+		return fmt.Errorf("failed to create record store %s: %w", tmp, err)
+	}
+	next := seal{gen: max(gen.gen+1, uint64(time.Now().UnixNano()))}
+	err = db.Update(func(tx *bolt.Tx) error {
+		w := &sealedTx{tx: tx, mac: sl.newEntryMAC(), next: &next}
+		for _, b := range [][]byte{bucketPulled, bucketIntents, bucketMeta} {
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
+		}
+		if st != nil {
+			if err := w.put(bucketMeta, keyStatus, encodeStatus(*st)); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keySeal, sl.encode(next))
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = gen.write(next.gen, !noSync)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil && !noSync {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		return fmt.Errorf("failed to create record store %s: %w", path, err)
+	}
+	return nil
+}
+
+func (s *store) close() error {
+	var err error
+	if s.db != nil {
+		err = s.db.Close()
+	}
+	if gerr := s.gen.close(); err == nil {
+		err = gerr
+	}
+	return err
+}
 
 // contents is everything read from the store at start-up.
 type contents struct {
@@ -81,106 +239,51 @@ type contents struct {
 	status     storeStatus
 }
 
-// load reads every object. A record that does not decode is returned in
-// unreadable, not failed on; a failure to walk the file at all wraps
-// errStoreCorrupt.
-func (s *store) load() (c contents, err error) {
-	c = contents{unreadable: map[string]error{}, intents: map[string]bool{}}
+// load returns what openStore read.
+func (s *store) load() (contents, error) {
+	c := s.loaded
+	s.loaded = contents{}
+	return c, nil
+}
+
+// update is one durable transaction: fn changes entries through a
+// sealedTx, which keeps the seal up to date; the seal is written last, in
+// the same transaction, and the generation file after the commit.
+func (s *store) update(fn func(w *sealedTx) error) (err error) {
 	defer func() {
+		// bbolt rolls the transaction back before the panic reaches here.
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s: %v", errStoreCorrupt, s.path, p)
+			err = errors.New("the record store's write failed: bbolt panicked")
 		}
 	}()
-	err = s.db.View(func(tx *bolt.Tx) error {
-		pulled, intents, meta := tx.Bucket(bucketPulled), tx.Bucket(bucketIntents), tx.Bucket(bucketMeta)
-		if pulled == nil || intents == nil || meta == nil {
-			return errors.New("missing buckets")
-		}
-		var err error
-		c.records, err = decodeAll(pulled, c.unreadable)
-		if err != nil {
+	next := s.seal
+	next.gen++
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		w := &sealedTx{tx: tx, mac: s.sealer.newEntryMAC(), next: &next}
+		if err := fn(w); err != nil {
 			return err
 		}
-		if err := intents.ForEach(func(k, v []byte) error {
-			// The key names the image even when the value is unreadable,
-			// and an intent only ever asks for more verification.
-			_, _ = decodeIntent(string(k), v)
-			c.intents[string(k)] = true
-			return nil
-		}); err != nil {
-			return err
-		}
-		if v := meta.Get(keyStatus); v != nil {
-			st, err := decodeStatus(v)
-			if err != nil {
-				// Assume the worst that an unreadable status can hide:
-				// a seed still pending.
-				st = storeStatus{RecoveryReason: "store status unreadable: " + err.Error(), SeedPending: true}
-			}
-			c.status = st
-		}
-		return nil
+		return tx.Bucket(bucketMeta).Put(keySeal, s.sealer.encode(next))
 	})
-	if err != nil && !errors.Is(err, errStoreCorrupt) {
-		err = fmt.Errorf("%w: %s: %v", errStoreCorrupt, s.path, err)
+	if err != nil {
+		return err
 	}
-	return c, err
-}
-
-// decodeAll decodes every record of the bucket, on every core: start-up
-// time is decoding time. The values are bbolt's memory-mapped pages, valid
-// until the read transaction ends, which is after decodeAll returns.
-// Records that do not decode are put in unreadable.
-func decodeAll(b *bolt.Bucket, unreadable map[string]error) ([]*ImageRecord, error) {
-	type kv struct{ k, v []byte }
-	var raw []kv
-	if err := b.ForEach(func(k, v []byte) error {
-		raw = append(raw, kv{k, v})
-		return nil
-	}); err != nil {
-		return nil, err
+	s.seal = next
+	if err := s.gen.write(next.gen, !s.db.NoSync); err != nil {
+		return fmt.Errorf("the record store was written but its generation was not: %w", err)
 	}
-	recs := make([]*ImageRecord, len(raw))
-	errs := make([]error, len(raw))
-	workers := min(runtime.GOMAXPROCS(0), 1+len(raw)/1024)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < len(raw); i += workers {
-				recs[i], errs[i] = decodeRecord(string(raw[i].k), raw[i].v)
-			}
-		}()
-	}
-	wg.Wait()
-	out := recs[:0]
-	for i, r := range recs {
-		if errs[i] != nil {
-			unreadable[string(raw[i].k)] = errs[i]
-			continue
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-// update is one durable transaction over the three buckets.
-func (s *store) update(fn func(pulled, intents, meta *bolt.Bucket) error) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		return fn(tx.Bucket(bucketPulled), tx.Bucket(bucketIntents), tx.Bucket(bucketMeta))
-	})
+	return nil
 }
 
 func (s *store) putIntent(key string) error {
-	return s.update(func(_, intents, _ *bolt.Bucket) error {
-		return intents.Put([]byte(key), encodeIntent(key))
+	return s.update(func(w *sealedTx) error {
+		return w.put(bucketIntents, []byte(key), encodeIntent(key))
 	})
 }
 
 func (s *store) deleteIntent(key string) error {
-	return s.update(func(_, intents, _ *bolt.Bucket) error {
-		return intents.Delete([]byte(key))
+	return s.update(func(w *sealedTx) error {
+		return w.del(bucketIntents, []byte(key))
 	})
 }
 
@@ -188,12 +291,12 @@ func (s *store) deleteIntent(key string) error {
 // in the same transaction.
 func (s *store) putRecord(r *ImageRecord, intentKey string) error {
 	data := encodeRecord(r)
-	return s.update(func(pulled, intents, _ *bolt.Bucket) error {
-		if err := pulled.Put([]byte(r.ImageRef), data); err != nil {
+	return s.update(func(w *sealedTx) error {
+		if err := w.put(bucketPulled, []byte(r.ImageRef), data); err != nil {
 			return err
 		}
 		if intentKey != "" {
-			return intents.Delete([]byte(intentKey))
+			return w.del(bucketIntents, []byte(intentKey))
 		}
 		return nil
 	})
@@ -205,19 +308,19 @@ func (s *store) apply(put []*ImageRecord, del, delIntents []string) error {
 	if len(put) == 0 && len(del) == 0 && len(delIntents) == 0 {
 		return nil
 	}
-	return s.update(func(pulled, intents, _ *bolt.Bucket) error {
+	return s.update(func(w *sealedTx) error {
 		for _, r := range put {
-			if err := pulled.Put([]byte(r.ImageRef), encodeRecord(r)); err != nil {
+			if err := w.put(bucketPulled, []byte(r.ImageRef), encodeRecord(r)); err != nil {
 				return err
 			}
 		}
 		for _, ref := range del {
-			if err := pulled.Delete([]byte(ref)); err != nil {
+			if err := w.del(bucketPulled, []byte(ref)); err != nil {
 				return err
 			}
 		}
 		for _, key := range delIntents {
-			if err := intents.Delete([]byte(key)); err != nil {
+			if err := w.del(bucketIntents, []byte(key)); err != nil {
 				return err
 			}
 		}
@@ -228,19 +331,80 @@ func (s *store) apply(put []*ImageRecord, del, delIntents []string) error {
 // quarantine keeps the unreadable bytes of a record under the meta bucket
 // for inspection and replaces the record with r, in one transaction.
 func (s *store) quarantine(r *ImageRecord) error {
-	return s.update(func(pulled, _, meta *bolt.Bucket) error {
+	return s.update(func(w *sealedTx) error {
 		key := []byte(r.ImageRef)
-		if old := pulled.Get(key); old != nil {
-			if err := meta.Put([]byte(quarantinePrefix+r.ImageRef), append([]byte(nil), old...)); err != nil {
+		if old := w.tx.Bucket(bucketPulled).Get(key); old != nil {
+			if err := w.put(bucketMeta, []byte(quarantinePrefix+r.ImageRef), append([]byte(nil), old...)); err != nil {
 				return err
 			}
 		}
-		return pulled.Put(key, encodeRecord(r))
+		return w.put(bucketPulled, key, encodeRecord(r))
+	})
+}
+
+// seed stores every record in put and the status st, in one transaction.
+func (s *store) seed(put []*ImageRecord, st storeStatus) error {
+	return s.update(func(w *sealedTx) error {
+		for _, r := range put {
+			if err := w.put(bucketPulled, []byte(r.ImageRef), encodeRecord(r)); err != nil {
+				return err
+			}
+		}
+		return w.put(bucketMeta, keyStatus, encodeStatus(st))
 	})
 }
 
 func (s *store) putStatus(st storeStatus) error {
-	return s.update(func(_, _, meta *bolt.Bucket) error {
-		return meta.Put(keyStatus, encodeStatus(st))
+	return s.update(func(w *sealedTx) error {
+		return w.put(bucketMeta, keyStatus, encodeStatus(st))
 	})
+}
+
+// decodeContents decodes every object of a verified store, on every core:
+// start-up time is decoding time. A record that does not decode is
+// returned in unreadable, not failed on.
+func decodeContents(f *boltFile, workers int) (contents, error) {
+	c := contents{unreadable: map[string]error{}, intents: map[string]bool{}}
+	raw := f.buckets[string(bucketPulled)]
+	recs := make([]*ImageRecord, len(raw))
+	errs := make([]error, len(raw))
+	workers = max(1, min(workers, 1+len(raw)/1024))
+	done := make(chan struct{}, workers)
+	for w := range workers {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := w; i < len(raw); i += workers {
+				recs[i], errs[i] = decodeRecord(string(raw[i].key), raw[i].value)
+			}
+		}()
+	}
+	for range workers {
+		<-done
+	}
+	c.records = recs[:0]
+	for i, r := range recs {
+		if errs[i] != nil {
+			c.unreadable[string(raw[i].key)] = errs[i]
+			continue
+		}
+		c.records = append(c.records, r)
+	}
+	for _, e := range f.buckets[string(bucketIntents)] {
+		// The key names the image even when the value is unreadable,
+		// and an intent only ever asks for more verification.
+		c.intents[string(e.key)] = true
+	}
+	for _, e := range f.buckets[string(bucketMeta)] {
+		if string(e.key) != string(keyStatus) {
+			continue
+		}
+		st, err := decodeStatus(e.value)
+		if err != nil {
+			// Assume the worst that an unreadable status can hide: a
+			// seed still pending.
+			st = storeStatus{RecoveryReason: "store status unreadable: " + err.Error(), SeedPending: true}
+		}
+		c.status = st
+	}
+	return c, nil
 }

@@ -68,9 +68,23 @@ func TestDocsExamples(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	subst := func(s string) string { return strings.ReplaceAll(s, "127.0.0.1:5000", addr) }
-
 	dir := t.TempDir()
+	subst := func(s string) string {
+		s = strings.ReplaceAll(s, "127.0.0.1:5000", addr)
+		if os.Geteuid() == 0 {
+			// As root the default root directory is /var/lib/pullguard,
+			// the node's own: the README's commands that use the default
+			// get a scratch one instead (XDG_STATE_HOME stands in for it
+			// when not root).
+			def := filepath.Join(dir, "default-root")
+			for _, sub := range []string{"run", "records"} {
+				if !strings.Contains(s, "--root-dir") {
+					s = strings.ReplaceAll(s, "./pullguard "+sub+" ", "./pullguard "+sub+" --root-dir "+def+" ")
+				}
+			}
+		}
+		return s
+	}
 	require.NoError(t, os.Symlink(binary, filepath.Join(dir, "pullguard")))
 	for name, body := range files {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(subst(body)), 0o600))
