@@ -337,22 +337,6 @@ func TestDecideCredentialsAskedOnlyWhenNeeded(t *testing.T) {
 	assert.Zero(t, calls, "no decision above depends on the pod's credentials")
 }
 
-func TestRotationIsRemembered(t *testing.T) {
-	e := newEnv(t, credtracker.Config{})
-	e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "old"))
-	rotated := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "new")
-
-	d := e.tr.Decide(credtracker.Request{Image: appImage, ImageRef: refApp, PullPolicy: corev1.PullIfNotPresent, Credentials: credsFunc(rotated)})
-	assert.Equal(t, credtracker.Decision{Action: credtracker.UseImage, Reason: credtracker.ReasonSecretRotated}, d)
-
-	e.restart()
-	// A copy of the new content elsewhere now matches by hash: the new
-	// hash was stored durably.
-	copyElsewhere := e.secretCred(reg, "team-c", "copy", "uid-c", "alice", "new")
-	d = e.tr.Decide(credtracker.Request{Image: appImage, ImageRef: refApp, PullPolicy: corev1.PullIfNotPresent, Credentials: credsFunc(copyElsewhere)})
-	assert.Equal(t, credtracker.Decision{Action: credtracker.UseImage, Reason: credtracker.ReasonCredentialMatch}, d)
-}
-
 func TestCredentialMaxAge(t *testing.T) {
 	e := newEnv(t, credtracker.Config{CredentialMaxAge: time.Hour})
 	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")

@@ -129,7 +129,7 @@ func (r *ImageRecord) withPull(ref, repo string, src credential.Source, h creden
 	switch {
 	case src.NodeAccessible():
 		next = &RepositoryRecord{NodeAccessible: true, Updated: now}
-	case src.Kind == credential.SourceSecret:
+	case src.Kind == credential.SourceSecret && !h.IsZero():
 		next = cloneOrNew(cur, now)
 		entry := SecretEntry{Namespace: src.Namespace, Name: src.Name, UID: src.UID, Hash: h, Verified: now}
 		if i := slices.IndexFunc(next.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }); i >= 0 {
@@ -146,7 +146,8 @@ func (r *ImageRecord) withPull(ref, repo string, src credential.Source, h creden
 			next.ServiceAccounts = appendBounded(next.ServiceAccounts, entry, max, func(e ServiceAccountEntry) time.Time { return e.Verified })
 		}
 	default:
-		// An unknown source kind proves nothing: remember that the node
+		// An unknown source kind, or a secret whose credential was not
+		// hashed, proves nothing: remember that the node
 		// pulled the image, with no credential anyone can match.
 		next = cloneOrNew(cur, now)
 	}
@@ -163,22 +164,23 @@ func (r *ImageRecord) withPulledUnknown(ref, repo string, now time.Time) *ImageR
 	return r.withRepository(ref, repo, &RepositoryRecord{Updated: now}, now)
 }
 
-// withSecretHash returns the record with the secret at coordinates src
-// under repo given the hash h (the secret was rotated), keeping when it
-// was last verified. It returns r itself if there is nothing to change.
-func (r *ImageRecord) withSecretHash(repo string, src credential.Source, h credential.Hash, now time.Time) *ImageRecord {
+// withSecretCoordinates returns the record with an entry for the secret
+// at coordinates src under repo, bound to the hash and verification time
+// of matched (an entry whose hash the registry accepted). It returns r
+// itself if repo has no entry still holding matched's hash, or already
+// has one for src.
+func (r *ImageRecord) withSecretCoordinates(repo string, src credential.Source, matched SecretEntry, max int) *ImageRecord {
 	cur := r.Repositories[repo]
-	if cur == nil {
-		return r
-	}
-	i := slices.IndexFunc(cur.Secrets, func(e SecretEntry) bool { return e.sameObject(src) })
-	if i < 0 || cur.Secrets[i].Hash == h {
+	if cur == nil || matched.Hash.IsZero() ||
+		!slices.ContainsFunc(cur.Secrets, func(e SecretEntry) bool { return e.Hash == matched.Hash }) ||
+		slices.ContainsFunc(cur.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }) {
 		return r
 	}
 	next := cur.clone()
-	next.Secrets[i].Hash = h
-	next.Updated = now
-	return r.withRepository(r.ImageRef, repo, next, now)
+	entry := SecretEntry{Namespace: src.Namespace, Name: src.Name, UID: src.UID, Hash: matched.Hash, Verified: matched.Verified}
+	next.Secrets = appendBounded(next.Secrets, entry, max, func(e SecretEntry) time.Time { return e.Verified })
+	// Updated is left as it is: nothing was verified.
+	return r.withRepository(r.ImageRef, repo, next, r.Updated)
 }
 
 // without returns the record with every secret and service account entry

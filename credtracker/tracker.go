@@ -89,6 +89,11 @@ func (t *tracker) decide(req Request) Decision {
 			return deny(req, ReasonRecordsUnreadable)
 		case t.pullInFlight(repo):
 			return deny(req, ReasonPullInFlight)
+		case !namedBy(repo, req.Names) && t.anyPullInFlight():
+			// The pod reaches the image by something that is not one of
+			// its names (an image ID), and the node is pulling: the image
+			// may be the one being pulled, not yet recorded.
+			return deny(req, ReasonPullInFlight)
 		case rec != nil && !namedBy(repo, req.Names):
 			// The node pulled this image under other names, and the pod
 			// reaches it by something that is not one of its names (an
@@ -108,7 +113,8 @@ func (t *tracker) decide(req Request) Decision {
 }
 
 // match applies rule 4: may the pod use an image the node pulled under
-// this name, with what it can show?
+// this name, with what it can show? The pod's credentials are asked for
+// only when the entry lists a secret or a service account to match.
 func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision {
 	var now time.Time
 	if t.maxAge > 0 {
@@ -125,24 +131,34 @@ func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision
 	if rr.NodeAccessible && fresh(rr.Updated) {
 		return Decision{Action: UseImage, Reason: ReasonNodeAccessible}
 	}
-	if req.Credentials == nil {
+	if req.Credentials == nil || (len(rr.Secrets) == 0 && len(rr.ServiceAccounts) == 0) {
 		return deny(req, noMatch(expired))
 	}
 	creds := req.Credentials()
+	// A hash proves access across pods and namespaces: every hash in the
+	// entry was accepted by the registry. The zero hash (a credential
+	// nobody hashed) proves nothing and matches nothing.
 	for i := range creds {
+		if creds[i].Hash.IsZero() {
+			continue
+		}
 		for j := range rr.Secrets {
 			if rr.Secrets[j].Hash == creds[i].Hash && fresh(rr.Secrets[j].Verified) {
+				t.rememberCoordinates(req.ImageRef, repo, creds[i].Source, rr.Secrets[j])
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 			}
 		}
 	}
+	// The same secret (namespace, name and uid), whatever it holds now: a
+	// rotation is honoured for this secret only. Its new content is not
+	// remembered as proof, so it grants nothing to anyone else until the
+	// registry accepts it.
 	for i := range creds {
 		src := creds[i].Source
 		switch src.Kind {
 		case credential.SourceSecret:
 			for j := range rr.Secrets {
 				if rr.Secrets[j].sameObject(src) && fresh(rr.Secrets[j].Verified) {
-					t.rememberRotation(req.ImageRef, repo, src, creds[i].Hash)
 					return Decision{Action: UseImage, Reason: ReasonSecretRotated}
 				}
 			}
@@ -189,22 +205,38 @@ func (t *tracker) pullInFlight(repo string) bool {
 	return t.inflight[repo] > 0
 }
 
-// rememberRotation stores a rotated secret's new hash, so that later pods
-// match by hash. A failure is logged: the coordinates still match.
-func (t *tracker) rememberRotation(ref, repo string, src credential.Source, h credential.Hash) {
+// anyPullInFlight reports whether a pull of any image is in flight.
+func (t *tracker) anyPullInFlight() bool {
+	t.intentMu.Lock()
+	defer t.intentMu.Unlock()
+	return len(t.intents) > 0
+}
+
+// rememberCoordinates records the coordinates of a pull secret admitted
+// because its content matched a registry-accepted hash, bound to that hash
+// and to the time the registry accepted it, so that a later rotation of
+// that secret is honoured (as the kubelet does). It is a write, done once
+// per secret and image; a failure is logged: the hash still matches.
+func (t *tracker) rememberCoordinates(ref, repo string, src credential.Source, matched SecretEntry) {
+	if src.Kind != credential.SourceSecret || src.Namespace == "" || src.Name == "" {
+		return
+	}
+	if rr := t.images.loadRepository(ref, repo); rr == nil || slices.ContainsFunc(rr.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }) {
+		return
+	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	cur := t.images.load(ref)
 	if cur == nil {
 		return
 	}
-	next := cur.withSecretHash(repo, src, h, t.clock.Now())
+	next := cur.withSecretCoordinates(repo, src, matched, t.maxEntries)
 	if next == cur {
 		return
 	}
 	t.images.store(next)
-	if err := t.write("rotate", func() error { return t.store.apply([]*ImageRecord{next}, nil, nil) }); err != nil {
-		t.logger.Error(err, "Failed to store a rotated secret's hash; it will be matched by its coordinates again", "imageRef", ref, "repository", repo, "secret", klog.KRef(src.Namespace, src.Name))
+	if err := t.write("adopt", func() error { return t.store.apply([]*ImageRecord{next}, nil, nil) }); err != nil {
+		t.logger.Error(err, "Failed to store a matching secret's coordinates; its holders will match by hash only", "imageRef", ref, "repository", repo, "secret", klog.KRef(src.Namespace, src.Name))
 	}
 }
 

@@ -13,9 +13,10 @@ import (
 type Decider interface {
 	// Decide applies the decision rules to one container's image. It never
 	// fails: when it cannot know, it requires verification. It reads no
-	// disk and takes no lock, except to remember a rotated secret's new
-	// hash (a write, rare). It calls req.Credentials at most once, and
-	// only when the answer depends on them.
+	// disk and takes no lock, except to remember the coordinates of a
+	// secret admitted by its hash (a write, once per secret and image). It
+	// calls req.Credentials at most once, and only when the record lists
+	// secrets or service accounts the credentials could match.
 	Decide(req Request) Decision
 }
 
