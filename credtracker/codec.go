@@ -322,28 +322,34 @@ func validateRepository(name string, rr *RepositoryRecord) error {
 	return nil
 }
 
-// encodeIntent encodes an ImagePullIntent: image string (also its key).
-func encodeIntent(image string) []byte {
-	e := newEncoder(kindImagePullIntent, len(image)+2)
+// encodeIntent encodes an ImagePullIntent: image string (also its key) |
+// since time (when the pull started; stores written before it was added
+// end after the image).
+func encodeIntent(image string, since time.Time) []byte {
+	e := newEncoder(kindImagePullIntent, len(image)+12)
 	e.str(image)
+	e.time(since)
 	return e.finish(image)
 }
 
 // decodeIntent returns the image of a stored intent; key is the store key,
 // which must be the intent's normalized image.
-func decodeIntent(key string, data []byte) (string, error) {
+func decodeIntent(key string, data []byte) (image string, since time.Time, err error) {
 	d, err := newDecoder(key, data, kindImagePullIntent)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
-	image := d.str("image")
+	image = d.str("image")
+	if d.err == nil && len(d.buf) > 0 {
+		since = d.time("since")
+	}
 	if err := d.end(); err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	if image != key {
-		return "", fmt.Errorf("%w: intent image %q does not match its key %q", ErrCorruptRecord, image, key)
+		return "", time.Time{}, fmt.Errorf("%w: intent image %q does not match its key %q", ErrCorruptRecord, image, key)
 	}
-	return image, nil
+	return image, since, nil
 }
 
 // storeStatus is kept in the store once it has been recovered.

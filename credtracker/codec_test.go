@@ -56,7 +56,7 @@ func TestRecordDecodeRejects(t *testing.T) {
 		{name: "empty", key: codecRef, data: nil, msg: "too short"},
 		{name: "stored under another key", key: "sha256:other", data: good, msg: "checksum"},
 		{name: "truncated", key: codecRef, data: good[:len(good)-10], msg: "checksum"},
-		{name: "intent where a record belongs", key: codecRef, data: encodeIntent(codecRef), msg: "kind ImagePullIntent"},
+		{name: "intent where a record belongs", key: codecRef, data: encodeIntent(codecRef, time.Time{}), msg: "kind ImagePullIntent"},
 		{name: "future version", key: codecRef, data: withHeader(good, 4, 2), msg: "format version 2"},
 		{name: "not ours", key: codecRef, data: withHeader(good, 0, 'x'), msg: "not a credtracker object"},
 		{name: "node-accessible with credentials", key: codecRef, data: encodeRecord(&ImageRecord{ImageRef: codecRef, Repositories: map[string]*RepositoryRecord{
@@ -95,11 +95,21 @@ func TestEveryFlippedBitIsDetected(t *testing.T) {
 }
 
 func TestIntentAndStatusRoundTrip(t *testing.T) {
-	img, err := decodeIntent("docker.io/library/alpine:3", encodeIntent("docker.io/library/alpine:3"))
+	since := time.Unix(1700000000, 42).UTC()
+	img, gotSince, err := decodeIntent("docker.io/library/alpine:3", encodeIntent("docker.io/library/alpine:3", since))
 	require.NoError(t, err)
 	assert.Equal(t, "docker.io/library/alpine:3", img)
-	_, err = decodeIntent("docker.io/library/other:3", encodeIntent("docker.io/library/alpine:3"))
+	assert.Equal(t, since, gotSince)
+	_, _, err = decodeIntent("docker.io/library/other:3", encodeIntent("docker.io/library/alpine:3", since))
 	assert.ErrorIs(t, err, ErrCorruptRecord, "an intent moved to another key is caught")
+
+	// An intent written before the start time was recorded: the image alone.
+	e := newEncoder(kindImagePullIntent, 32)
+	e.str("docker.io/library/alpine:3")
+	img, gotSince, err = decodeIntent("docker.io/library/alpine:3", e.finish("docker.io/library/alpine:3"))
+	require.NoError(t, err)
+	assert.Equal(t, "docker.io/library/alpine:3", img)
+	assert.True(t, gotSince.IsZero())
 
 	st := storeStatus{RecoveredAt: time.Unix(100, 5).UTC(), RecoveryReason: "invalid database", AsidePath: "/x/records.db.unreadable", SeedPending: true}
 	got, err := decodeStatus(encodeStatus(st))
@@ -110,7 +120,7 @@ func TestIntentAndStatusRoundTrip(t *testing.T) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(encodeRecord(sampleRecord()))
 	f.Add(encodeRecord(&ImageRecord{ImageRef: codecRef, UnknownOrigin: "x", Repositories: map[string]*RepositoryRecord{}}))
-	f.Add(encodeIntent("docker.io/library/alpine:3"))
+	f.Add(encodeIntent("docker.io/library/alpine:3", time.Unix(1, 0)))
 	f.Add([]byte("pgct\x01\x01"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r, err := decodeRecord(codecRef, data)

@@ -236,6 +236,9 @@ type contents struct {
 	records    []*ImageRecord
 	unreadable map[string]error // image ref -> why its record was not trusted
 	intents    map[string]bool  // normalized image -> true
+	// intentSince is when each intent's pull started, where its value
+	// says (for `pullguard records`; the decision never reads it).
+	intentSince map[string]time.Time
 	status     storeStatus
 }
 
@@ -275,9 +278,9 @@ func (s *store) update(fn func(w *sealedTx) error) (err error) {
 	return nil
 }
 
-func (s *store) putIntent(key string) error {
+func (s *store) putIntent(key string, since time.Time) error {
 	return s.update(func(w *sealedTx) error {
-		return w.put(bucketIntents, []byte(key), encodeIntent(key))
+		return w.put(bucketIntents, []byte(key), encodeIntent(key, since))
 	})
 }
 
@@ -393,6 +396,12 @@ func decodeContents(f *boltFile, workers int) (contents, error) {
 		// The key names the image even when the value is unreadable,
 		// and an intent only ever asks for more verification.
 		c.intents[string(e.key)] = true
+		if _, since, err := decodeIntent(string(e.key), e.value); err == nil && !since.IsZero() {
+			if c.intentSince == nil {
+				c.intentSince = map[string]time.Time{}
+			}
+			c.intentSince[string(e.key)] = since
+		}
 	}
 	for _, e := range f.buckets[string(bucketMeta)] {
 		if string(e.key) != string(keyStatus) {

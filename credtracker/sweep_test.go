@@ -343,7 +343,7 @@ func sweepTryOpen(dir string, sl *sealer) (*contents, time.Duration, error) {
 	r := (*ImageRecord)(nil).withPulledUnknown(sweepBRef, "registry.example/preloaded/base", time.Now())
 	err = s.apply(append(slices.Clone(c.records[:min(50, len(c.records))]), r), nil, nil)
 	if err == nil {
-		err = s.putIntent("registry.example/sweep/x:1")
+		err = s.putIntent("registry.example/sweep/x:1", time.Unix(1, 0))
 	}
 	if err == nil {
 		err = s.putStatus(storeStatus{RecoveryReason: "sweep"})

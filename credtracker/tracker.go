@@ -255,7 +255,7 @@ func (t *tracker) RecordPullIntent(image string) error {
 	if !first {
 		return nil
 	}
-	if err := t.write("intent", func() error { return t.store.putIntent(key) }); err != nil {
+	if err := t.write("intent", func() error { return t.store.putIntent(key, t.clock.Now()) }); err != nil {
 		t.releaseIntent(key, repo)
 		return fmt.Errorf("failed to record pull intent for %q: %w", image, err)
 	}

@@ -255,6 +255,40 @@ func TestRunStopsOnSignals(t *testing.T) {
 	}
 }
 
+// TestRecordsListsAnInterruptedPullsIntent kills a run during a pull: the
+// intent it leaves is listed by records with its image and when its pull
+// started, in JSON and in the table.
+func TestRecordsListsAnInterruptedPullsIntent(t *testing.T) {
+	before := time.Now().Add(-time.Second)
+	_, _, _, root := signalChild(t, syscall.SIGKILL)
+	after := time.Now().Add(time.Second)
+
+	res := pullguard(t, "records", "--root-dir", root, "-o", "json")
+	require.Equal(t, 0, res.code, res.stderr)
+	var recs struct {
+		Status struct {
+			Intents int `json:"intents"`
+		} `json:"status"`
+		PendingIntents []string `json:"pendingIntents"`
+		Intents        []struct {
+			Image string     `json:"image"`
+			Since *time.Time `json:"since"`
+		} `json:"intents"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &recs))
+	assert.Equal(t, 1, recs.Status.Intents)
+	require.Len(t, recs.Intents, 1)
+	assert.Equal(t, recs.PendingIntents, []string{recs.Intents[0].Image})
+	assert.Contains(t, recs.Intents[0].Image, "/team-a/app:v1")
+	require.NotNil(t, recs.Intents[0].Since, "the intent says when its pull started")
+	assert.True(t, recs.Intents[0].Since.After(before) && recs.Intents[0].Since.Before(after), "since %s", recs.Intents[0].Since)
+
+	table := pullguard(t, "records", "--root-dir", root)
+	require.Equal(t, 0, table.code, table.stderr)
+	assert.Contains(t, table.stdout, "PENDING PULL INTENTS")
+	assert.Contains(t, table.stdout, recs.Intents[0].Since.UTC().Format(time.RFC3339))
+}
+
 func TestMetricsFileHasTheKubeletNames(t *testing.T) {
 	w := newWorld(t)
 	dir := t.TempDir()

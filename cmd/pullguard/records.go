@@ -132,9 +132,18 @@ type recordsDoc struct {
 	// PendingIntents are the images whose pull started and has not been
 	// resolved (a pull in flight, or one a crash interrupted).
 	PendingIntents []string `json:"pendingIntents"`
+	// Intents are the same, each with when its pull started.
+	Intents []intentJSON `json:"intents"`
 	// Unrecorded are the runtime's images with no record (only with
 	// --runtime).
 	Unrecorded []unrecordedJSON `json:"unrecorded,omitempty"`
+}
+
+type intentJSON struct {
+	Image string `json:"image"`
+	// Since is when the pull started; absent for an intent written by a
+	// pullguard that did not record it.
+	Since *time.Time `json:"since,omitempty"`
 }
 
 type unrecordedJSON struct {
@@ -163,10 +172,16 @@ func toJSON(r credtracker.ImageRecord) recordJSON {
 	return out
 }
 
-func newRecordsDoc(recs []credtracker.ImageRecord, st credtracker.Status, intents []string) recordsDoc {
-	doc := recordsDoc{Records: []recordJSON{}, PendingIntents: intents}
-	if doc.PendingIntents == nil {
-		doc.PendingIntents = []string{}
+func newRecordsDoc(recs []credtracker.ImageRecord, st credtracker.Status, intents []credtracker.PendingIntent) recordsDoc {
+	doc := recordsDoc{Records: []recordJSON{}, PendingIntents: []string{}, Intents: []intentJSON{}}
+	for _, in := range intents {
+		doc.PendingIntents = append(doc.PendingIntents, in.Image)
+		j := intentJSON{Image: in.Image}
+		if !in.Since.IsZero() {
+			since := in.Since
+			j.Since = &since
+		}
+		doc.Intents = append(doc.Intents, j)
 	}
 	doc.Status = statusJSON{Records: st.Records, Intents: st.Intents, UnreadableRecords: st.UnreadableRecords, RecoveryReason: st.RecoveryReason, AsidePath: st.AsidePath, Degraded: st.Degraded}
 	if !st.RecoveredAt.IsZero() {
@@ -235,9 +250,13 @@ func writeRecords(w io.Writer, format string, doc recordsDoc) error {
 	}
 	if len(doc.PendingIntents) > 0 {
 		fmt.Fprintln(w, "\nPENDING PULL INTENTS (each image needs verification under every name until resolved)")
-		t := &table{cols: []column{{header: "IMAGE", min: 20}}}
-		for _, i := range doc.PendingIntents {
-			t.add(i)
+		t := &table{cols: []column{{header: "IMAGE", min: 20}, {header: "SINCE", min: 20}}}
+		for _, i := range doc.Intents {
+			since := "unknown"
+			if i.Since != nil {
+				since = i.Since.UTC().Format(time.RFC3339)
+			}
+			t.add(i.Image, since)
 		}
 		if err := t.write(w, width); err != nil {
 			return err
