@@ -78,8 +78,12 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	ref, err := s.backend.PullImage(ctx, spec, req.GetAuth(), req.GetSandboxConfig())
 	if err != nil {
+		// The runtime's error may quote the registry's answer, which may
+		// echo the credential it was sent: it is redacted before it is
+		// logged or becomes the pod's event.
+		err = redactedError(backendError("PullImage", err), req.GetAuth())
 		s.pullFailed(ctx, logger, spec, err)
-		return nil, backendError("PullImage", err)
+		return nil, err
 	}
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterPullTimeout)
 	defer cancel()
