@@ -64,6 +64,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	if !cred.Anonymous() {
 		if ref, ok := s.fromRecord(ctx, logger, spec, cred); ok {
+			if s.hidden != nil {
+				s.hidden.pulled(image, s.clock.Now())
+			}
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
 	}
@@ -114,6 +117,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	if err := s.tracker.RecordImagePulled(image, id, rec); err != nil {
 		logger.Error(err, "The pull succeeded but its record may not survive a restart")
+	}
+	if s.hidden != nil {
+		s.hidden.pulled(image, s.clock.Now())
 	}
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", id, "credential", src)
