@@ -5,19 +5,24 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/internal/leak"
+	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // echoingBackend fails every pull with pullErr, built from the pull's
@@ -127,4 +132,111 @@ func TestImageUserLookupOpensNoAnswerWindow(t *testing.T) {
 			assert.Equal(t, tc.wantManifest, m1-m0, "registry requests of the restarted Always container's pull")
 		})
 	}
+}
+
+// containerdLike resolves ImageStatus as containerd's CRI plugin does: an
+// image ID with or without "sha256:", a unique prefix of one, or any
+// spelling of a name the image has (tag or repo digest) once normalized.
+type containerdLike struct{ *fakeBackend }
+
+func (c containerdLike) ImageStatus(ctx context.Context, spec *runtimeapi.ImageSpec, verbose bool) (*runtimeapi.ImageStatusResponse, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := spec.GetImage()
+	var found *runtimeapi.Image
+	for idv, img := range c.images {
+		hex := strings.TrimPrefix(idv, "sha256:")
+		if q == idv || (len(strings.TrimPrefix(q, "sha256:")) >= 4 && strings.HasPrefix(hex, strings.TrimPrefix(q, "sha256:"))) {
+			found = img
+		}
+		if n, err := pgruntime.NormalizeImage(q); err == nil {
+			for _, name := range append(append([]string{}, img.RepoTags...), img.RepoDigests...) {
+				if m, err := pgruntime.NormalizeImage(name); err == nil && m == n {
+					found = img
+				}
+			}
+		}
+	}
+	if found == nil {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	return &runtimeapi.ImageStatusResponse{Image: found, Info: map[string]string{"info": "verbose"}}, nil
+}
+
+// TestOtherSpellingsOfAPrivateImage: tenant A pulled docker.io/team-a/app
+// with its credential. Every other way to name that image (Docker Hub's
+// short and long forms, index.docker.io, its repo digest, tag and digest,
+// its image ID with and without "sha256:", a short ID, verbose or not)
+// is reported absent by ImageStatus, and a pull of it by tenant B (with
+// its own credential or none) is not answered from A's record.
+func TestOtherSpellingsOfAPrivateImage(t *testing.T) {
+	const digest = "sha256:" + "d1" + "00000000000000000000000000000000000000000000000000000000000000"
+	imgID := id(43)
+	hex := strings.TrimPrefix(imgID, "sha256:")
+	h := newHarness(t, harnessConfig{setup: func(f *fakeBackend) {}})
+	// Swap in containerd's resolution: the proxy asks the wrapped backend.
+	cl := containerdLike{h.fake}
+	srv, err := criproxy.New(cl, h.tracker, h.tracker.(interface{ Hasher() *credential.Hasher }).Hasher(), criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock))
+	require.NoError(t, err)
+	h.fake.publish(t, "team-a/app:v1", imgID, "alice:pw")
+	_, err = srv.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "team-a/app:v1"}, Auth: creds("alice", "pw"), SandboxConfig: pod("a", "p")})
+	require.NoError(t, err)
+	h.fake.mu.Lock()
+	h.fake.images[imgID].RepoDigests = []string{"docker.io/team-a/app@" + digest}
+	h.fake.mu.Unlock()
+
+	for _, spelling := range []string{
+		"team-a/app:v1", "docker.io/team-a/app:v1", "index.docker.io/team-a/app:v1",
+		"docker.io/team-a/app@" + digest, "team-a/app:v1@" + digest, "index.docker.io/team-a/app@" + digest,
+		imgID, hex, hex[:12], "sha256:" + hex[:12],
+	} {
+		for _, verbose := range []bool{false, true} {
+			direct, err := cl.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: spelling}, verbose)
+			require.NoError(t, err)
+			require.NotNil(t, direct.GetImage(), "%s: the runtime resolves it", spelling)
+			resp, err := srv.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: spelling}, Verbose: verbose})
+			require.NoError(t, err, spelling)
+			assert.Nil(t, resp.GetImage(), "%s (verbose %v): reported present to a pod that shows nothing", spelling, verbose)
+			assert.Empty(t, resp.GetInfo(), spelling)
+		}
+		for _, who := range []*runtimeapi.AuthConfig{creds("bob", "pw"), nil, {}, {ServerAddress: "docker.io"}} {
+			_, err := srv.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: spelling}, Auth: who, SandboxConfig: pod("b", "p")})
+			assert.Error(t, err, "%s: tenant B (%v) got A's image", spelling, who != nil)
+		}
+	}
+}
+
+// rawCodec sends and receives bytes as they are, to put on the wire what
+// no protobuf library would encode.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// TestInvalidUTF8OnTheWire: an image name that is not UTF-8 (which a
+// proto3 string may not hold) is refused by the server's decoder before
+// any handler runs: an error, no panic, nothing forwarded, and the proxy
+// keeps serving.
+func TestInvalidUTF8OnTheWire(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	conn, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	name := []byte("reg/\xff\xfe\x00:v1")
+	spec := append([]byte{0x0a, byte(len(name))}, name...) // ImageSpec.image
+	for _, method := range []string{"ImageStatus", "PullImage", "RemoveImage"} {
+		req := append([]byte{0x0a, byte(len(spec))}, spec...) // field 1: the ImageSpec
+		var resp []byte
+		err := conn.Invoke(context.Background(), "/runtime.v1.ImageService/"+method, &req, &resp, grpc.ForceCodec(rawCodec{}))
+		require.Error(t, err, method)
+		assert.Contains(t, []codes.Code{codes.InvalidArgument, codes.Internal}, status.Code(err), "%s: %v", method, err)
+	}
+	_, _, pulls := h.fake.counts()
+	assert.Zero(t, pulls, "nothing reached the runtime")
+	assert.Zero(t, h.fake.statusCalls(), "nothing reached the runtime")
+	assert.False(t, h.present(t, reg+"/absent:v1"), "still serving")
 }
