@@ -146,7 +146,7 @@ func (c containerdLike) ImageStatus(ctx context.Context, spec *runtimeapi.ImageS
 	var found *runtimeapi.Image
 	for idv, img := range c.images {
 		hex := strings.TrimPrefix(idv, "sha256:")
-		if q == idv || (len(strings.TrimPrefix(q, "sha256:")) >= 4 && strings.HasPrefix(hex, strings.TrimPrefix(q, "sha256:"))) {
+		if q == idv || (len(strings.TrimPrefix(q, "sha256:")) >= 2 && strings.HasPrefix(hex, strings.TrimPrefix(q, "sha256:"))) {
 			found = img
 		}
 		if n, err := pgruntime.NormalizeImage(q); err == nil {
@@ -239,4 +239,49 @@ func TestInvalidUTF8OnTheWire(t *testing.T) {
 	assert.Zero(t, pulls, "nothing reached the runtime")
 	assert.Zero(t, h.fake.statusCalls(), "nothing reached the runtime")
 	assert.False(t, h.present(t, reg+"/absent:v1"), "still serving")
+}
+
+// TestAllowlistNotReachedByAnImageID: under NeverVerifyAllowlistedImages
+// a preloaded image is free only under allowlisted names. containerd's
+// ImageStatus also finds an image by its ID, with or without "sha256:",
+// and by any unique prefix of it ("3f", "3f2a9c"): names that parse as
+// Docker Hub official images ("docker.io/library/3f"), which an allowlist
+// of official images ("docker.io/library/*") matches. A pod naming a
+// preloaded, not allowlisted image by such an ID must not get it free;
+// the allowlisted image stays free under its own name, and under
+// NeverVerifyPreloadedImages every preloaded image stays free.
+func TestAllowlistNotReachedByAnImageID(t *testing.T) {
+	private := reg + "/private/tool:v1"
+	privateID := "sha256:3f2a9c" + strings.Repeat("1", 58)
+	busyboxID := "sha256:b0" + strings.Repeat("2", 62)
+	for _, tc := range []struct {
+		policy   credtracker.Policy
+		wantFree bool // the private preloaded image, asked by its ID
+	}{
+		{credtracker.NeverVerifyAllowlistedImages, false},
+		{credtracker.NeverVerifyPreloadedImages, true},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			h := newHarness(t, harnessConfig{policy: tc.policy, allowlist: []string{"docker.io/library/*"}})
+			cl := containerdLike{h.fake}
+			srv, err := criproxy.New(cl, h.tracker, h.tracker.(interface{ Hasher() *credential.Hasher }).Hasher(), criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock))
+			require.NoError(t, err)
+			h.fake.preload(t, privateID, private)
+			h.fake.preload(t, busyboxID, "docker.io/library/busybox:1")
+			present := func(image string) bool {
+				resp, err := srv.ImageStatus(context.Background(), &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+				require.NoError(t, err, image)
+				return resp.GetImage() != nil
+			}
+			hex := strings.TrimPrefix(privateID, "sha256:")
+			assert.Equal(t, tc.policy == credtracker.NeverVerifyPreloadedImages, present(private), "the private image by its name")
+			assert.True(t, present("busybox:1"), "the allowlisted image by its name")
+			for _, byID := range []string{privateID, hex[:2], hex[:6], "sha256:" + hex[:6]} {
+				direct, err := cl.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: byID}, false)
+				require.NoError(t, err)
+				require.Equal(t, privateID, direct.GetImage().GetId(), "%s: the runtime resolves it", byID)
+				assert.Equal(t, tc.wantFree, present(byID), "the private preloaded image asked by %q", byID)
+			}
+		})
+	}
 }
