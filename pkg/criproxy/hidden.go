@@ -36,10 +36,26 @@ type hiddenSet struct {
 }
 
 type hiddenEntry struct {
-	at    time.Time
-	id    string
-	names []string
+	at     time.Time // last "absent" answer that opened the window
+	id     string
+	names  []string
+	pulled time.Time // last successful PullImage of the image
+	// lookups counts the successful pulls since pulled-userLookupAfter
+	// whose container creation has not asked the image's user yet.
+	lookups int
 }
+
+// userLookupAfter is how long after a successful PullImage of an image
+// the kubelet's container creation may ask ImageStatus of it for the
+// image's user (getImageUser, right after every pull, with nothing that
+// tells it from a presence check). The first "absent" answer after each
+// such pull is taken for that lookup and opens no answer window.
+// Otherwise every container creation, an Always container's included,
+// would open the window, and a restarted Always container would be
+// answered from its record instead of asking the registry. Taking a
+// presence check of another pod for a lookup only costs that pod a
+// forwarded pull (the registry decides), the safe side.
+const userLookupAfter = statusTTL
 
 func newHiddenSet(window time.Duration) *hiddenSet {
 	return &hiddenSet{at: map[string]hiddenEntry{}, window: window}
@@ -58,6 +74,13 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	e, found := h.at[key]
+	if found && e.lookups > 0 && now.Sub(e.pulled) <= userLookupAfter {
+		// A container creation asking the image's user; see userLookupAfter.
+		e.lookups--
+		h.at[key] = e
+		return
+	}
 	if len(h.at) >= maxHidden {
 		for k, e := range h.at {
 			if now.Sub(e.at) > h.window {
@@ -70,6 +93,27 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 		}
 	}
 	h.at[key] = hiddenEntry{at: now, id: id, names: names}
+}
+
+// pulled notes a successful PullImage of image (answered or forwarded),
+// after which the kubelet asks the image's user; its cached status is
+// dropped (the pull may have moved the tag).
+func (h *hiddenSet) pulled(image string, now time.Time) {
+	key := hiddenKey(image)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.at[key]
+	if now.Sub(e.pulled) > userLookupAfter {
+		e.lookups = 0
+	}
+	e.id, e.names, e.pulled = "", nil, now
+	e.lookups++
+	if len(h.at) >= maxHidden {
+		if _, ok := h.at[key]; !ok {
+			return // full: forgetting only costs a forwarded pull
+		}
+	}
+	h.at[key] = e
 }
 
 // recent reports whether image was reported absent within the window, and

@@ -33,23 +33,57 @@ type Listener struct {
 // answers on) and listens there with SocketMode. The caller must hold the
 // lock of its root directory (LockRoot) from before Listen until after
 // Close, so that two instances never replace each other's socket.
+//
+// The socket is bound in a new directory only the owner can enter, given
+// its mode there, and only then linked at socketPath: whatever the
+// process's umask, no other user can connect before the mode is set (a
+// connection made in that moment would outlive the chmod).
 func Listen(socketPath string) (*Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(socketPath), 0o750); err != nil {
+	dir := filepath.Dir(socketPath)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("failed to create the socket's directory: %w", err)
 	}
 	if err := removeStale(socketPath); err != nil {
 		return nil, err
 	}
-	l, err := net.Listen("unix", socketPath)
+	private, err := os.MkdirTemp(dir, ".pullguard-bind-")
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a private directory beside %s: %w", socketPath, err)
+	}
+	defer os.RemoveAll(private)
+	if err := os.Chmod(private, 0o700); err != nil {
+		return nil, fmt.Errorf("failed to set the mode of %s: %w", private, err)
+	}
+	bound := filepath.Join(private, "s")
+	l, err := net.Listen("unix", bound)
 	if err != nil {
 		return nil, fmt.Errorf("failed to listen on %s: %w", socketPath, err)
 	}
-	if err := os.Chmod(socketPath, SocketMode); err != nil {
+	// The socket's name at bound goes with the private directory; Close
+	// removes socketPath.
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if afterBind != nil {
+		afterBind(bound)
+	}
+	if err := os.Chmod(bound, SocketMode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("failed to set the mode of %s: %w", socketPath, err)
 	}
+	// A link, unlike a rename, never replaces what another process may
+	// have put at socketPath since the check for a stale socket.
+	if err := os.Link(bound, socketPath); err != nil {
+		l.Close()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("socket %s: %w", socketPath, ErrInUse)
+		}
+		return nil, fmt.Errorf("failed to listen on %s: %w", socketPath, err)
+	}
 	return &Listener{Listener: l, path: socketPath}, nil
 }
+
+// afterBind, when set (by this package's tests only), is called with the
+// path the socket was bound at, before its mode is set.
+var afterBind func(bound string)
 
 // LockRoot takes the lock of rootDir (creating it), or fails with
 // ErrInUse when another process holds it.

@@ -275,6 +275,7 @@ func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
 	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
 	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
 	require.NoError(t, err)
+	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
 	before := h.fake.statusCalls()
 	_, err = h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
@@ -301,6 +302,7 @@ func TestPodWithSeveralCredentials(t *testing.T) {
 	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
 	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
 	require.NoError(t, err)
+	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
 	require.False(t, h.present(t, reg+"/team-a/app:v1"))
 	m0, _, _ := h.fake.counts()

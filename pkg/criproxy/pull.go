@@ -64,6 +64,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	if !cred.Anonymous() {
 		if ref, ok := s.fromRecord(ctx, logger, spec, cred); ok {
+			if s.hidden != nil {
+				s.hidden.pulled(image, s.clock.Now())
+			}
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
 	}
@@ -78,8 +81,12 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	ref, err := s.backend.PullImage(ctx, spec, req.GetAuth(), req.GetSandboxConfig())
 	if err != nil {
+		// The runtime's error may quote the registry's answer, which may
+		// echo the credential it was sent: it is redacted before it is
+		// logged or becomes the pod's event.
+		err = redactedError(backendError("PullImage", err), req.GetAuth())
 		s.pullFailed(ctx, logger, spec, err)
-		return nil, backendError("PullImage", err)
+		return nil, err
 	}
 	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterPullTimeout)
 	defer cancel()
@@ -110,6 +117,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	if err := s.tracker.RecordImagePulled(image, id, rec); err != nil {
 		logger.Error(err, "The pull succeeded but its record may not survive a restart")
+	}
+	if s.hidden != nil {
+		s.hidden.pulled(image, s.clock.Now())
 	}
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", id, "credential", src)

@@ -2,6 +2,7 @@ package criproxy
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -79,12 +80,30 @@ func unverifiedError(image string, auth *runtimeapi.AuthConfig, err error) error
 	return status.Error(codes.PermissionDenied, redactAuth(msg, auth))
 }
 
+// redactedError is err, a gRPC status, with every form of auth's secrets
+// removed from its message; its code is kept (its details are dropped
+// when the message had to be redacted).
+func redactedError(err error, auth *runtimeapi.AuthConfig) error {
+	st := status.Convert(err)
+	msg := redactAuth(st.Message(), auth)
+	if msg == st.Message() {
+		return err
+	}
+	return status.Error(st.Code(), msg)
+}
+
 // redactAuth removes every form of auth's secrets from text.
 func redactAuth(text string, auth *runtimeapi.AuthConfig) string {
 	if auth == nil {
 		return text
 	}
-	secrets := []string{auth.GetPassword(), auth.GetIdentityToken(), auth.GetRegistryToken(), auth.GetAuth()}
+	var secrets []string
+	if auth.GetUsername() != "" || auth.GetPassword() != "" {
+		// The Authorization header the runtime sent, base64 of
+		// "username:password", first: whole, before its password is.
+		secrets = append(secrets, base64.StdEncoding.EncodeToString([]byte(auth.GetUsername()+":"+auth.GetPassword())))
+	}
+	secrets = append(secrets, auth.GetPassword(), auth.GetIdentityToken(), auth.GetRegistryToken(), auth.GetAuth())
 	secrets = append(secrets, leak.BasicAuth(auth.GetAuth())...)
 	return leak.Redact(text, secrets...)
 }

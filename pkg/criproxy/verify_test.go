@@ -330,6 +330,7 @@ func TestLegitimatePullIsVerified(t *testing.T) {
 		before := gets()
 		ref, err := e.pullAlways("team-c", image, basic("carol")) // forwarded
 		require.NoError(t, err, image)
+		require.False(t, e.present(t, image), "the container's creation asks the image's user")
 		assert.Equal(t, e.pushed.ConfigDigest, ref)
 		assert.Equal(t, before+1, gets(), "%s: pullguard GET the manifest once, with carol's credential", image)
 	}
