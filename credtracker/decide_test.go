@@ -191,6 +191,19 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
+			// containerd finds an image by a unique prefix of its ID
+			// ("3f2a9c"), which reads as docker.io/library/3f2a9c: an
+			// allowlisted name the image does not have.
+			name: "an allowlisted name the preloaded image does not have", image: "registry.example/public/3f2a9c", ref: refApp,
+			names: []string{appImage},
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   use(credtracker.ReasonPreloaded),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonUnlistedName),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonAlwaysVerify),
+			},
+		},
+		{
 			name: "a bare image ID of a preloaded image is free", image: refApp, ref: refApp,
 			names: []string{appImage},
 			want: map[credtracker.Policy]outcome{

@@ -103,6 +103,12 @@ func (t *tracker) decide(req Request) Decision {
 			return deny(req, ReasonAlwaysVerify)
 		case t.policy == NeverVerifyAllowlistedImages && !t.allowlist.Match(repo):
 			return deny(req, ReasonNotAllowlisted)
+		case t.policy == NeverVerifyAllowlistedImages && req.Names != nil && !namedBy(repo, req.Names):
+			// The allowlist frees a preloaded image under its own names
+			// only: a runtime also finds an image by its ID or a unique
+			// prefix of it ("3f2a9c"), which reads as the allowlistable
+			// docker.io/library/3f2a9c.
+			return deny(req, ReasonUnlistedName)
 		case t.policy == NeverVerifyAllowlistedImages:
 			return Decision{Action: UseImage, Reason: ReasonAllowlisted}
 		default:
