@@ -239,7 +239,7 @@ type contents struct {
 	// intentSince is when each intent's pull started, where its value
 	// says (for `pullguard records`; the decision never reads it).
 	intentSince map[string]time.Time
-	status     storeStatus
+	status      storeStatus
 }
 
 // load returns what openStore read.
