@@ -150,7 +150,7 @@ func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision
 		}
 		for j := range rr.Secrets {
 			if rr.Secrets[j].Hash == creds[i].Hash && fresh(rr.Secrets[j].Verified) {
-				t.rememberCoordinates(req.ImageRef, repo, creds[i].Source, rr.Secrets[j])
+				t.rememberCoordinates(req.ImageRef, repo, rr, creds[i].Source, rr.Secrets[j])
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 			}
 		}
@@ -221,14 +221,16 @@ func (t *tracker) anyPullInFlight() bool {
 // rememberCoordinates records the coordinates of a pull secret admitted
 // because its content matched a registry-accepted hash, bound to that hash
 // and to the time the registry accepted it, so that a later rotation of
-// that secret is honoured (as the kubelet does). It is a write, done once
-// per secret and image; a failure is logged: the hash still matches.
-func (t *tracker) rememberCoordinates(ref, repo string, src credential.Source, matched SecretEntry) {
+// that secret is honoured (as the kubelet does). known is the entry the
+// decision read: when it already lists the secret, nothing more is done.
+// It is a write, done once per secret and image; a failure is logged: the
+// hash still matches.
+func (t *tracker) rememberCoordinates(ref, repo string, known *RepositoryRecord, src credential.Source, matched SecretEntry) {
 	if src.Kind != credential.SourceSecret || src.Namespace == "" || src.Name == "" {
 		return
 	}
-	if rr := t.images.loadRepository(ref, repo); rr == nil || slices.ContainsFunc(rr.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }) {
-		return
+	if slices.ContainsFunc(known.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }) {
+		return // the usual case: nothing to write, and no second look-up
 	}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
