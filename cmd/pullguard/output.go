@@ -84,19 +84,28 @@ func newRunOutput(results []node.Result, events []node.Event, interrupted string
 	return out
 }
 
-// writeRun prints the outcome of a run in format.
-func writeRun(w io.Writer, format string, doc runOutput) error {
+// writeStructured prints doc as indented JSON or as YAML when format asks
+// for one of them, and says whether it did.
+func writeStructured(w io.Writer, format string, doc any) (bool, error) {
 	switch format {
 	case formatJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
+		return true, enc.Encode(doc)
 	case formatYAML:
 		data, err := yaml.Marshal(doc)
 		if err != nil {
-			return err
+			return true, err
 		}
 		_, err = w.Write(data)
+		return true, err
+	}
+	return false, nil
+}
+
+// writeRun prints the outcome of a run in format.
+func writeRun(w io.Writer, format string, doc runOutput) error {
+	if structured, err := writeStructured(w, format, doc); structured {
 		return err
 	}
 	wide := format == formatWide

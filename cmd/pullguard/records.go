@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"sigs.k8s.io/yaml"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
@@ -195,17 +193,7 @@ func newRecordsDoc(recs []credtracker.ImageRecord, st credtracker.Status, intent
 }
 
 func writeRecords(w io.Writer, format string, doc recordsDoc) error {
-	switch format {
-	case formatJSON:
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(doc)
-	case formatYAML:
-		data, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
+	if structured, err := writeStructured(w, format, doc); structured {
 		return err
 	}
 	wide := format == formatWide
