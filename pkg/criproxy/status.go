@@ -43,14 +43,6 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		ImageRef:   img.GetId(),
 		Names:      names,
 	})
-	if d.Action == credtracker.UseImage && d.Reason == credtracker.ReasonAllowlisted && !namesImage(spec.GetImage(), names) {
-		// The allowlist matched the asked name, but the runtime found the
-		// image by something that is not one of its names: its ID, or a
-		// prefix of it ("3f2a9c", which reads as docker.io/library/3f2a9c
-		// and matches an allowlist of official images). The allowlist
-		// frees an image under its own names only.
-		d = credtracker.Decision{Action: credtracker.Pull, Reason: credtracker.ReasonUnlistedName}
-	}
 	if d.Action == credtracker.UseImage {
 		countDecision("ImageStatus", "present", d.Reason)
 		s.logger.V(2).Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
@@ -62,19 +54,4 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	countDecision("ImageStatus", "hidden", d.Reason)
 	s.logger.V(2).Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
 	return &runtimeapi.ImageStatusResponse{}, nil
-}
-
-// namesImage reports whether image's repository is the repository of one
-// of names (the runtime's RepoTags and RepoDigests of the image found).
-func namesImage(image string, names []string) bool {
-	repo, err := credtracker.RepositoryName(image)
-	if err != nil {
-		return false
-	}
-	for _, n := range names {
-		if r, err := credtracker.RepositoryName(n); err == nil && r == repo {
-			return true
-		}
-	}
-	return false
 }
