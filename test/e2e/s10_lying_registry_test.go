@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -30,32 +31,16 @@ func TestLyingRegistry(t *testing.T) {
 	need(t)
 	alice := newTenant("s10-alice")
 	h.issuer.grant(alice.user, "s10/team-a/*", "pull")
-	const seed = 1001
-	image := push(t, "s10/team-a/app", "v1", seed)
-	img, err := registry.Image(seed, 2, 16<<10)
-	require.NoError(t, err)
-	digest, err := img.Digest()
-	require.NoError(t, err)
-	mt, err := img.MediaType()
-	require.NoError(t, err)
+	image, victim := pushVictim(t, "s10/team-a/app", 1001)
 	secret := secretYAML("team-a", "regcred", alice)
 	root := newRoot(t)
 	out := pullguard(t, root, secret+podYAML("team-a", "app", image, "IfNotPresent", "regcred"))
 	require.Empty(t, out.Results[0].Error, out.Results[0].Message)
 	imageID := out.Results[0].ImageRef
 
-	for _, tt := range []struct {
-		name string
-		mode hostile.Mode
-	}{
-		{name: "GET 404", mode: hostile.NoBytes},
-		{name: "other bytes", mode: hostile.OtherBytes},
-		{name: "other bytes as signed schema 1", mode: hostile.OtherBytesSchema1},
-	} {
+	for _, tt := range liarModes {
 		t.Run(tt.name, func(t *testing.T) {
-			liar, err := hostile.Start(digest.String(), string(mt), tt.mode)
-			require.NoError(t, err)
-			t.Cleanup(liar.Close)
+			liar := startLiar(t, victim, tt.mode)
 			evil := liar.Host + "/evil/app:v1"
 			m := mark(t)
 
@@ -69,15 +54,7 @@ func TestLyingRegistry(t *testing.T) {
 			victim := out.result(t, "team-c/victim")
 			assert.Equal(t, "ErrImageNeverPull", victim.Error, "a name the runtime made for unserved bytes is not preloaded: %s", victim.Message)
 
-			var heads, gets int
-			for _, r := range liar.Requests() {
-				switch {
-				case r.Method == http.MethodHead && strings.Contains(r.Path, "/manifests/"):
-					heads++
-				case r.Method == http.MethodGet && strings.Contains(r.Path, "/manifests/"):
-					gets++
-				}
-			}
+			heads, gets := manifestRequests(liar)
 			assert.Positive(t, heads, "containerd resolved by HEAD")
 			assert.Positive(t, gets, "pullguard asked for the bytes")
 			assert.Zero(t, trafficFor(t, m, "s10/team-a/app").blobs, "tenant A's registry served nothing to the intruder")
@@ -91,4 +68,52 @@ func TestLyingRegistry(t *testing.T) {
 			assert.Equal(t, imageID, out.Results[0].ImageRef)
 		})
 	}
+}
+
+// liarModes are the ways a tenant's registry claims another tenant's
+// digest without serving its bytes.
+var liarModes = []struct {
+	name string
+	mode hostile.Mode
+}{
+	{name: "GET 404", mode: hostile.NoBytes},
+	{name: "other bytes", mode: hostile.OtherBytes},
+	{name: "other bytes as signed schema 1", mode: hostile.OtherBytesSchema1},
+}
+
+// pushVictim pushes tenant A's private image (seeded) to repo:v1 and returns
+// its name and the image, whose digest a liar then claims.
+func pushVictim(t *testing.T, repo string, seed int64) (string, v1.Image) {
+	t.Helper()
+	image := push(t, repo, "v1", seed)
+	img, err := registry.Image(seed, 2, 16<<10)
+	require.NoError(t, err)
+	return image, img
+}
+
+// startLiar starts a registry that claims victim's digest in mode; the test
+// stops it.
+func startLiar(t *testing.T, victim v1.Image, mode hostile.Mode) *hostile.Registry {
+	t.Helper()
+	digest, err := victim.Digest()
+	require.NoError(t, err)
+	mt, err := victim.MediaType()
+	require.NoError(t, err)
+	liar, err := hostile.Start(digest.String(), string(mt), mode)
+	require.NoError(t, err)
+	t.Cleanup(liar.Close)
+	return liar
+}
+
+// manifestRequests counts the manifest HEADs and GETs the liar was sent.
+func manifestRequests(liar *hostile.Registry) (heads, gets int) {
+	for _, r := range liar.Requests() {
+		switch {
+		case r.Method == http.MethodHead && strings.Contains(r.Path, "/manifests/"):
+			heads++
+		case r.Method == http.MethodGet && strings.Contains(r.Path, "/manifests/"):
+			gets++
+		}
+	}
+	return heads, gets
 }

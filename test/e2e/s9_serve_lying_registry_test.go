@@ -1,15 +1,10 @@
 package e2e
 
 import (
-	"net/http"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/pullguard/pullguard/internal/hostile"
-	"github.com/pullguard/pullguard/pkg/registry"
 )
 
 // Scenario 9 through `pullguard serve`: a tenant's registry answers a HEAD
@@ -24,31 +19,15 @@ func TestServeLyingRegistry(t *testing.T) {
 	need(t)
 	alice, mallory := newTenant("s9v-alice"), newTenant("s9v-mallory")
 	h.issuer.grant(alice.user, "s9v/team-a/*", "pull")
-	const seed = 931
-	image := push(t, "s9v/team-a/app", "v1", seed)
-	img, err := registry.Image(seed, 2, 16<<10)
-	require.NoError(t, err)
-	digest, err := img.Digest()
-	require.NoError(t, err)
-	mt, err := img.MediaType()
-	require.NoError(t, err)
+	image, victim := pushVictim(t, "s9v/team-a/app", 931)
 	d := startServe(t, newRoot(t))
 	pg := d.endpoint()
 	out, ok := crictlPull(t, pg, "team-a", "app-1", image, alice)
 	require.True(t, ok, out)
 
-	for _, tt := range []struct {
-		name string
-		mode hostile.Mode
-	}{
-		{name: "GET 404", mode: hostile.NoBytes},
-		{name: "other bytes", mode: hostile.OtherBytes},
-		{name: "other bytes as signed schema 1", mode: hostile.OtherBytesSchema1},
-	} {
+	for _, tt := range liarModes {
 		t.Run(tt.name, func(t *testing.T) {
-			liar, err := hostile.Start(digest.String(), string(mt), tt.mode)
-			require.NoError(t, err)
-			t.Cleanup(liar.Close)
+			liar := startLiar(t, victim, tt.mode)
 			evil := liar.Host + "/evil/app:v1"
 			m := mark(t)
 
@@ -63,15 +42,7 @@ func TestServeLyingRegistry(t *testing.T) {
 			assert.Equal(t, criImageID(t, image), criImageID(t, evil), "and it is tenant A's image")
 			assert.False(t, inspecti(t, pg, evil), "the proxy reports it absent")
 
-			var heads, gets int
-			for _, r := range liar.Requests() {
-				switch {
-				case r.Method == http.MethodHead && strings.Contains(r.Path, "/manifests/"):
-					heads++
-				case r.Method == http.MethodGet && strings.Contains(r.Path, "/manifests/"):
-					gets++
-				}
-			}
+			heads, gets := manifestRequests(liar)
 			assert.Positive(t, heads, "containerd resolved by HEAD")
 			assert.Positive(t, gets, "pullguard asked for the bytes")
 
