@@ -109,7 +109,7 @@ func (o *serveOptions) check() (checkedServe, error) {
 		return c, fmt.Errorf("--listen: %w", err)
 	}
 	c.socket = strings.TrimPrefix(ep, "unix://")
-	if o.backend != "" && o.backend != EmbeddedEndpoint {
+	if !o.embedded() {
 		bep, err := pgruntime.ParseEndpoint(o.backend)
 		if err != nil {
 			return c, fmt.Errorf("--image-service-endpoint: %w", err)
@@ -272,14 +272,14 @@ func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 func (o *serveOptions) embedded() bool { return o.backend == "" || o.backend == EmbeddedEndpoint }
 
 func (o *serveOptions) backendName() string {
-	if o.backend == "" || o.backend == EmbeddedEndpoint {
+	if o.embedded() {
 		return "embedded:" + filepath.Join(o.rootDir, node.RuntimeDir)
 	}
 	return o.backend
 }
 
 func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (criproxy.Backend, error) {
-	if o.backend == "" || o.backend == EmbeddedEndpoint {
+	if o.embedded() {
 		return pgruntime.NewEmbedded(filepath.Join(o.rootDir, node.RuntimeDir), pgruntime.WithLogger(logger))
 	}
 	return criproxy.DialBackend(ctx, o.backend, o.timeout)

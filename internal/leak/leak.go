@@ -100,13 +100,20 @@ func alignedForms(enc *base64.Encoding, secret string) []string {
 }
 
 // BasicAuth returns the secrets in a docker config "auth" field (base64
-// of "user:password"): the field, and the password it decodes to.
+// of "user:password"): the field, the password it decodes to and, when
+// the field is not spelled as an Authorization header would spell it
+// (unpadded, over-padded, URL alphabet), that header's base64. A field
+// with extra or missing "=" still decodes, as pkg/criproxy decodes it.
 func BasicAuth(auth string) []string {
 	out := []string{auth}
-	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
-		if b, err := enc.DecodeString(auth); err == nil {
+	trimmed := strings.TrimRight(auth, "=")
+	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(trimmed); err == nil {
 			if _, pw, ok := strings.Cut(string(b), ":"); ok {
 				out = append(out, pw)
+				if h := base64.StdEncoding.EncodeToString(b); h != auth {
+					out = append(out, h)
+				}
 			}
 			break
 		}

@@ -72,3 +72,16 @@ func FuzzRedact(f *testing.F) {
 		}
 	})
 }
+
+// TestBasicAuthOddlyPadded: an "auth" field with an extra "=" (which
+// pkg/criproxy still decodes, and then sends as a canonical Authorization
+// header) gives up its password and the header a registry would echo.
+func TestBasicAuthOddlyPadded(t *testing.T) {
+	header := base64.StdEncoding.EncodeToString([]byte("alice:s3cret-pw"))
+	for _, field := range []string{header, header + "=", strings.TrimRight(header, "=")} {
+		secrets := leak.BasicAuth(field)
+		assert.Contains(t, secrets, "s3cret-pw", field)
+		text := "registry said: Basic " + header
+		assert.NotContains(t, leak.Redact(text, secrets...), header, field)
+	}
+}

@@ -98,7 +98,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		// served. The intent stays unresolved, as the image manager leaves
 		// it: the name needs verification in this process (a pull in
 		// flight) and after a restart (pulled with no known credential).
-		msg := redactAuth(err.Error(), req.GetAuth())
+		msg := pgruntime.RedactAuth(err.Error(), req.GetAuth())
 		countDecision("PullImage", "unverified", 0)
 		logger.Info("Refusing the pull: the registry did not serve the manifest the runtime resolved; nothing is recorded and the name requires verification", "err", msg)
 		return nil, unverifiedError(image, req.GetAuth(), err)

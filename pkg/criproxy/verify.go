@@ -2,14 +2,12 @@ package criproxy
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/pullguard/pullguard/internal/leak"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
@@ -77,7 +75,7 @@ func verifyAuth(auth *runtimeapi.AuthConfig) *runtimeapi.AuthConfig {
 // echo what it was sent).
 func unverifiedError(image string, auth *runtimeapi.AuthConfig, err error) error {
 	msg := fmt.Sprintf("pullguard: the registry did not serve the manifest of %q that the runtime resolved, so the pull is not accepted: %v", image, err)
-	return status.Error(codes.PermissionDenied, redactAuth(msg, auth))
+	return status.Error(codes.PermissionDenied, pgruntime.RedactAuth(msg, auth))
 }
 
 // redactedError is err, a gRPC status, with every form of auth's secrets
@@ -85,25 +83,9 @@ func unverifiedError(image string, auth *runtimeapi.AuthConfig, err error) error
 // when the message had to be redacted).
 func redactedError(err error, auth *runtimeapi.AuthConfig) error {
 	st := status.Convert(err)
-	msg := redactAuth(st.Message(), auth)
+	msg := pgruntime.RedactAuth(st.Message(), auth)
 	if msg == st.Message() {
 		return err
 	}
 	return status.Error(st.Code(), msg)
-}
-
-// redactAuth removes every form of auth's secrets from text.
-func redactAuth(text string, auth *runtimeapi.AuthConfig) string {
-	if auth == nil {
-		return text
-	}
-	var secrets []string
-	if auth.GetUsername() != "" || auth.GetPassword() != "" {
-		// The Authorization header the runtime sent, base64 of
-		// "username:password", first: whole, before its password is.
-		secrets = append(secrets, base64.StdEncoding.EncodeToString([]byte(auth.GetUsername()+":"+auth.GetPassword())))
-	}
-	secrets = append(secrets, auth.GetPassword(), auth.GetIdentityToken(), auth.GetRegistryToken(), auth.GetAuth())
-	secrets = append(secrets, leak.BasicAuth(auth.GetAuth())...)
-	return leak.Redact(text, secrets...)
 }

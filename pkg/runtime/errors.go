@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -73,9 +74,9 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 		if isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest) {
 			return err // context errors and this package's own errors carry no secret
 		}
-		return &registryError{msg: redact(err.Error(), auth)}
+		return &registryError{msg: RedactAuth(err.Error(), auth)}
 	}
-	msg := redact(err.Error(), auth)
+	msg := RedactAuth(err.Error(), auth)
 	status := fmt.Sprintf("%d %s", te.StatusCode, http.StatusText(te.StatusCode))
 	if !strings.Contains(msg, status) {
 		msg = status + ": " + msg
@@ -90,14 +91,23 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	return re
 }
 
-// redact removes every credential field of auth from msg, in every form
-// it can take there (plain, base64 alone or inside "user:password", JSON-
-// and URL-escaped; see package leak).
-func redact(msg string, auth *runtimeapi.AuthConfig) string {
+// RedactAuth removes every credential field of auth from msg, in every
+// form it can take there (plain, base64 alone or inside "user:password",
+// JSON- and URL-escaped; see package leak), and, whole, the Authorization
+// header a runtime sends for a username and password (a registry may echo
+// what it was sent).
+func RedactAuth(msg string, auth *runtimeapi.AuthConfig) string {
 	if auth == nil {
 		return msg
 	}
-	return leak.Redact(msg, append(leak.BasicAuth(auth.Auth), auth.Password, auth.IdentityToken, auth.RegistryToken)...)
+	var secrets []string
+	if auth.GetUsername() != "" || auth.GetPassword() != "" {
+		// base64 of "username:password", whole, before its password is.
+		secrets = append(secrets, base64.StdEncoding.EncodeToString([]byte(auth.GetUsername()+":"+auth.GetPassword())))
+	}
+	secrets = append(secrets, leak.BasicAuth(auth.GetAuth())...)
+	secrets = append(secrets, auth.GetPassword(), auth.GetIdentityToken(), auth.GetRegistryToken())
+	return leak.Redact(msg, secrets...)
 }
 
 func isContextErr(err error) bool {

@@ -24,6 +24,18 @@ const DefaultRemoteTimeout = 2 * time.Minute
 // kubelet. The connection is checked with an ImageFsInfo call before
 // NewRemote returns. Close the service when done.
 func NewRemote(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
+	return newRemote(ctx, endpoint, timeout, true)
+}
+
+// NewRemoteUntraced is NewRemote (the same endpoint checks) without
+// cri-client's default OpenTelemetry stats handler: on a hop that only
+// forwards, such as pkg/criproxy's backend, its per-call cost (message
+// events, metadata propagation) is the largest part of what the hop adds.
+func NewRemoteUntraced(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
+	return newRemote(ctx, endpoint, timeout, false)
+}
+
+func newRemote(ctx context.Context, endpoint string, timeout time.Duration, traced bool) (criapi.ImageManagerService, error) {
 	ep, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
@@ -39,10 +51,13 @@ func NewRemote(ctx context.Context, endpoint string, timeout time.Duration) (cri
 	if info.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("%w %q: %s is not a unix socket", ErrInvalidEndpoint, endpoint, socket)
 	}
-	svc, err := criclient.NewRemoteImageServiceBuilder().
+	b := criclient.NewRemoteImageServiceBuilder().
 		WithEndpoint(ep).
-		WithConnectionTimeout(timeout).
-		Build(ctx)
+		WithConnectionTimeout(timeout)
+	if !traced {
+		b = b.WithTracerProvider(nil)
+	}
+	svc, err := b.Build(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("failed to connect to image service at %q: %w", endpoint, err)
 	}
