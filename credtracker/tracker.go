@@ -82,6 +82,7 @@ func (t *tracker) decide(req Request) Decision {
 	if rr == nil {
 		// The node has no record of pulling this image under this name.
 		rec := t.images.load(req.ImageRef)
+		named := namedBy(repo, req.Names)
 		switch {
 		case rec != nil && rec.UnknownOrigin != "":
 			return deny(req, ReasonUnknownOrigin)
@@ -89,12 +90,12 @@ func (t *tracker) decide(req Request) Decision {
 			return deny(req, ReasonRecordsUnreadable)
 		case t.pullInFlight(repo):
 			return deny(req, ReasonPullInFlight)
-		case !namedBy(repo, req.Names) && t.anyPullInFlight():
+		case !named && t.anyPullInFlight():
 			// The pod reaches the image by something that is not one of
 			// its names (an image ID), and the node is pulling: the image
 			// may be the one being pulled, not yet recorded.
 			return deny(req, ReasonPullInFlight)
-		case rec != nil && !namedBy(repo, req.Names):
+		case rec != nil && !named:
 			// The node pulled this image under other names, and the pod
 			// reaches it by something that is not one of its names (an
 			// image ID, say): it is not preloaded under this name.
@@ -103,7 +104,7 @@ func (t *tracker) decide(req Request) Decision {
 			return deny(req, ReasonAlwaysVerify)
 		case t.policy == NeverVerifyAllowlistedImages && !t.allowlist.Match(repo):
 			return deny(req, ReasonNotAllowlisted)
-		case t.policy == NeverVerifyAllowlistedImages && req.Names != nil && !namedBy(repo, req.Names):
+		case t.policy == NeverVerifyAllowlistedImages && req.Names != nil && !named:
 			// The allowlist frees a preloaded image under its own names
 			// only: a runtime also finds an image by its ID or a unique
 			// prefix of it ("3f2a9c"), which reads as the allowlistable

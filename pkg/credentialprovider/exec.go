@@ -91,6 +91,13 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	reaperDone := make(chan struct{}) // closed once the reaper is reaped
 	kill := func() {
 		killOnce.Do(func() {
+			select {
+			case <-reaperDone:
+				// Reaped (an output overflowing while the pipes drain):
+				// its pid may name another process by now.
+				return
+			default:
+			}
 			// The reaper kills the plugin and everything below it, then
 			// exits; SIGKILL is for a reaper that does not.
 			reaper.Stop(pgid)

@@ -78,3 +78,21 @@ func TestPluginStderrIsScrubbed(t *testing.T) {
 		assert.Fail(t, "the log holds a secret", "as %q", f.Form)
 	}
 }
+
+// TestPluginPosingAsStartFailureIsScrubbed: a plugin that exits with the
+// reaper's start-failure status and prefix, its env secret as the cause,
+// gives an error that never holds the secret in any form.
+func TestPluginPosingAsStartFailureIsScrubbed(t *testing.T) {
+	e := newEnv(t)
+	p := e.provider("p", []string{"registry.example"}, time.Minute, "-mode", "fake-start-failure")
+	p.Env = []cp.EnvVar{{Name: "TESTPLUGIN_SECRET", Value: envSecret}}
+	m := e.manager(t, []cp.Provider{p})
+
+	_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+
+	require.Error(t, err)
+	for _, f := range leak.Scan(map[string]string{"error": err.Error()}, envSecret) {
+		assert.Fail(t, "the error holds the env secret", "as %q: %s", f.Form, err)
+	}
+	t.Log(err)
+}

@@ -202,7 +202,7 @@ func (p *plugin) exec(ctx context.Context, image, token string, annotations map[
 		if rf.kind == KindTimeout {
 			rf.detail = fmt.Sprintf("did not finish within %v and was killed", p.timeout)
 		}
-		return nil, fail(rf.kind, res.exitCode, rf.detail, rf.err)
+		return nil, fail(rf.kind, res.exitCode, rf.detail, p.scrubbed(rf.err, token))
 	}
 	if err != nil {
 		return nil, fail(KindInvalidResponse, 0, "invalid response", err)
@@ -226,6 +226,23 @@ func (p *plugin) secrets(token string, resp *Response) []string {
 		}
 	}
 	return out
+}
+
+// scrubbed returns err with every secret the plugin was given removed
+// from its text. A start failure's text is read from the run's stderr,
+// which the plugin writes too: a plugin that exits with the reaper's
+// start-failure status and prefix would otherwise put what it was given
+// (the service account token, the provider's env) into the error. An
+// error that holds none keeps its identity.
+func (p *plugin) scrubbed(err error, token string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if clean := leak.Redact(msg, p.secrets(token, nil)...); clean != msg {
+		return errors.New(clean)
+	}
+	return err
 }
 
 func capString(b []byte, n int) string {

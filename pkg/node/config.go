@@ -185,8 +185,12 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 		if len(s.Allowlist) > 0 && err == nil && p != credtracker.NeverVerifyAllowlistedImages {
 			fail(source, "preloadedImagesVerificationAllowlist cannot be set when imagePullCredentialsVerificationPolicy is %q, only with %q",
 				p, credtracker.NeverVerifyAllowlistedImages)
-		} else if _, err := credtracker.NewAllowlist(s.Allowlist); err != nil {
+		} else if a, err := credtracker.NewAllowlist(s.Allowlist); err != nil {
 			fail(source, "%v", err)
+		} else {
+			for _, u := range a.Unmatchable() {
+				s.Warnings = append(s.Warnings, fmt.Sprintf("%s: preloadedImagesVerificationAllowlist %q never matches: no normalized repository name starts with it (Docker Hub names start with \"docker.io/\")", source, u))
+			}
 		}
 	} else {
 		if policy != "" {

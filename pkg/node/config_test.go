@@ -42,6 +42,16 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 			check: func(t *testing.T, s node.Settings) {
 				assert.Equal(t, credtracker.NeverVerifyAllowlistedImages, s.Policy)
 				assert.Equal(t, []string{"registry.example/*"}, s.Allowlist)
+				assert.Empty(t, s.Warnings)
+			},
+		},
+		{
+			name: "allowlist prefix no normalized name has",
+			file: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"bitnami/*\"]\n",
+			check: func(t *testing.T, s node.Settings) {
+				assert.Equal(t, []string{"bitnami/*"}, s.Allowlist, "accepted, as the kubelet accepts it")
+				require.Len(t, s.Warnings, 1)
+				assert.Contains(t, s.Warnings[0], `"bitnami/*" never matches`)
 			},
 		},
 		{

@@ -133,6 +133,10 @@ func main() {
 	case "crash":
 		fmt.Fprintln(os.Stderr, "plugin: simulated crash")
 		os.Exit(3)
+	case "fake-start-failure":
+		// Pose as the reaper's own start failure, with a secret as its cause.
+		fmt.Fprintln(os.Stderr, "pullguard-plugin-reaper: cannot start: "+os.Getenv("TESTPLUGIN_SECRET"))
+		os.Exit(126)
 	case "garbage":
 		fmt.Print("{\"apiVersion\": this is not json")
 		return
