@@ -187,7 +187,7 @@ var benchSink uint
 // their difference (net-ns/op, the decision's own cost).
 func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	g := newReqGen(tr.hasher)
-	for _, i := range order[:64] {
+	for _, i := range order[:4] { // Records copies every record: a few checks are enough
 		want := benchRequest(tr, int(i))
 		got := g.request(int(i))
 		if got.Image != want.Image || got.ImageRef != want.ImageRef || got.Credentials()[0].Hash != want.Credentials()[0].Hash {
@@ -199,9 +199,6 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 		}
 		if !reflect.DeepEqual(before, tr.Records()) {
 			b.Fatal("the decision wrote a record: it would retain the generator's reused buffer")
-		}
-		if i > 8 {
-			break // Records copies every record: a few checks are enough
 		}
 	}
 	mask := uint32(len(order) - 1)
