@@ -3,141 +3,371 @@ package credtracker
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 )
 
-// recordIndex maps an image ref to its immutable *ImageRecord. It is split
-// into shards, each a plain map under its own RWMutex, padded to its own
-// cache lines: a read takes one shard's read lock (readers never wait for
-// each other, and rarely share a cache line), a write holds one shard's
-// lock for a map assignment only, never across I/O. At 100 000 records a
-// lookup costs two or three cache misses, where sync.Map's hash trie costs
-// about six.
+// recordIndex is the tracker's in-memory record set, laid out for the
+// decision: a uniform random decision among 100 000 records costs the
+// memory misses it takes, so it takes as few as it can.
+//
+// Records live in 64 stripes, picked by a keyed 64-bit hash (maphash, a
+// random seed per process) of the image ref, so that every entry of one
+// image is in one stripe. Each stripe has one open-addressing table
+// (linear probing) and one byte arena. A slot is one uint64: 32 bits of
+// the hash of (image ref, repository) as a tag, 32 bits of arena offset.
+// The arena holds each record as one contiguous group (see entry.go): the
+// image's header and ref, then one entry per repository with its secrets'
+// hashes and verification times inline, its repository name, then the
+// coordinates of its secrets and service accounts. A decision is one slot
+// read and one read of a few adjacent arena lines, whose addresses are all
+// known from the slot: no pointer chasing, no per-request string.
+//
+// Readers take no lock. Arena bytes are never changed once written: a
+// writer appends a new group, publishes the stripe's table (an immutable
+// header: slots, arena, size) with an atomic pointer, then points the slots
+// at it with atomic stores; the old group becomes garbage. A reader loads
+// the table, then a slot; an offset past its table's arena means a newer
+// table exists, and the reader loads it again. When garbage outweighs live
+// bytes or the slots fill, the writer builds a new table and arena for the
+// stripe and swaps it in: amortized O(1), independent of the record count.
 type recordIndex struct {
-	seed   maphash.Seed
-	shards [indexShards]indexShard
+	seed    maphash.Seed
+	stripes [indexStripes]stripe
 }
 
-const indexShards = 64
+const (
+	indexStripes = 64
+	stripeShift  = 58 // 64 - log2(indexStripes)
 
-type indexShard struct {
-	mu sync.RWMutex
-	m  map[string]*ImageRecord
-	// repos is derived from m: the entry of every (image ref, repository)
-	// pair, so the decision reaches it with one lookup instead of two.
-	repos map[refRepo]*RepositoryRecord
-	_     [64]byte // keep neighbouring shards' locks off this cache line
+	slotEmpty = 0
+	// A deleted slot keeps probe chains intact; its offset field is all ones.
+	offTombstone = 1<<32 - 1
+	// maxLoad is the fraction of slots (live and deleted) in use that
+	// triggers a rebuild, in 1/1024.
+	maxLoad = 768
+)
+
+type stripe struct {
+	mu  sync.Mutex // serializes writers
+	tab atomic.Pointer[table]
+	// Writer state, guarded by mu.
+	groups  int // live records
+	entries int // live slots
+	used    int // live and deleted slots
+	live    int // arena bytes of live groups
+	garbage int // arena bytes of replaced or deleted groups
+	_       [64]byte
 }
 
-type refRepo struct{ ref, repo string }
+// table is one published state of a stripe. Its fields never change; the
+// slots' values do, atomically.
+type table struct {
+	slots []atomic.Uint64
+	arena []byte
+}
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
-	for i := range x.shards {
-		x.shards[i].m = map[string]*ImageRecord{}
-		x.shards[i].repos = map[refRepo]*RepositoryRecord{}
+	for i := range x.stripes {
+		x.stripes[i].tab.Store(&table{slots: make([]atomic.Uint64, 8)})
 	}
 	return x
 }
 
-// shard picks ref's shard. Image refs are nearly always digests, whose
-// last characters are uniformly distributed hex: two of them pick the
-// shard without hashing all 71 bytes. Anything shorter is hashed.
-func (x *recordIndex) shard(ref string) *indexShard {
-	if n := len(ref); n >= 16 {
-		return &x.shards[(uint(ref[n-1])*31+uint(ref[n-2]))%indexShards]
-	}
-	return &x.shards[maphash.String(x.seed, ref)%indexShards]
+// pairHash mixes the ref's hash with the repository's ("" for the
+// record's own slot) into the slot's hash.
+func (x *recordIndex) pairHash(hr uint64, repo string) uint64 {
+	return mix(hr, maphash.String(x.seed, repo))
 }
 
+func (x *recordIndex) pairHashBytes(hr uint64, repo []byte) uint64 {
+	return mix(hr, maphash.Bytes(x.seed, repo))
+}
+
+func mix(hr, hrepo uint64) uint64 {
+	h := hr ^ hrepo*0x9e3779b97f4a7c15
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return h
+}
+
+// home is the first slot of h's probe sequence in n slots.
+func home(h uint64, n int) int { return int((uint64(uint32(h)) * uint64(n)) >> 32) }
+
+func slotValue(h uint64, off int) uint64 { return h&^(1<<32-1) | uint64(off+1) }
+
+// probe calls match with the offset of each live slot of (ref, repo)'s
+// probe sequence whose tag is right, in the newest table, until match
+// returns true; it returns that table (nil if none matched).
+func (x *recordIndex) probe(ref, repo string, match func(t *table, off int) bool) *table {
+	hr := maphash.String(x.seed, ref)
+	s := &x.stripes[hr>>stripeShift]
+	hp := x.pairHash(hr, repo)
+	tag := hp >> 32
+	for {
+		t := s.tab.Load()
+		n := len(t.slots)
+		i := home(hp, n)
+		retry := false
+		for {
+			v := t.slots[i].Load()
+			if v == slotEmpty {
+				return nil
+			}
+			if v>>32 == tag && uint32(v) != offTombstone {
+				off := int(uint32(v)) - 1
+				if off >= len(t.arena) {
+					retry = true // written after t was published
+					break
+				}
+				if match(t, off) {
+					return t
+				}
+			}
+			if i++; i == n {
+				i = 0
+			}
+		}
+		if !retry {
+			return nil
+		}
+	}
+}
+
+// find returns the arena offset of ref's group and its table, or -1.
+func (x *recordIndex) find(ref string) (*table, int) {
+	found := -1
+	t := x.probe(ref, "", func(t *table, off int) bool {
+		if groupIs(t.arena, off, ref) {
+			found = off
+			return true
+		}
+		return false
+	})
+	return t, found
+}
+
+// loadRepository returns the entry for repo in ref's record.
+func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
+	if repo == "" {
+		return repoView{}, false
+	}
+	x.probe(ref, repo, func(t *table, off int) bool {
+		v, ok = entryIs(t.arena, off, ref, repo)
+		return ok
+	})
+	return v, ok
+}
+
+// loadGroup returns ref's record header.
+func (x *recordIndex) loadGroup(ref string) (groupView, bool) {
+	t, off := x.find(ref)
+	if off < 0 {
+		return groupView{}, false
+	}
+	return groupView{b: t.arena[off:]}, true
+}
+
+// load returns a copy of ref's record, or nil.
 func (x *recordIndex) load(ref string) *ImageRecord {
-	s := x.shard(ref)
-	s.mu.RLock()
-	r := s.m[ref]
-	s.mu.RUnlock()
-	return r
-}
-
-// storeAll adds records in bulk at start-up, sizing the shards' maps
-// once. It must not run concurrently with other uses of the index.
-func (x *recordIndex) storeAll(recs []*ImageRecord) {
-	per := len(recs)/indexShards + len(recs)/(4*indexShards) + 1
-	for i := range x.shards {
-		s := &x.shards[i]
-		if len(s.m) == 0 {
-			s.m = make(map[string]*ImageRecord, per)
-			s.repos = make(map[refRepo]*RepositoryRecord, per)
-		}
+	g, ok := x.loadGroup(ref)
+	if !ok {
+		return nil
 	}
-	for _, r := range recs {
-		s := x.shard(r.ImageRef)
-		s.dropRepos(s.m[r.ImageRef])
-		s.m[r.ImageRef] = r
-		for repo, rr := range r.Repositories {
-			s.repos[refRepo{r.ImageRef, repo}] = rr
-		}
-	}
+	return g.record()
 }
 
-// loadRepository returns the entry for repo in ref's record, or nil.
-func (x *recordIndex) loadRepository(ref, repo string) *RepositoryRecord {
-	s := x.shard(ref)
-	s.mu.RLock()
-	rr := s.repos[refRepo{ref, repo}]
-	s.mu.RUnlock()
-	return rr
-}
-
+// store replaces ref's record by r.
 func (x *recordIndex) store(r *ImageRecord) {
-	s := x.shard(r.ImageRef)
+	s := x.stripeOf(r.ImageRef)
 	s.mu.Lock()
-	s.dropRepos(s.m[r.ImageRef])
-	s.m[r.ImageRef] = r
-	for repo, rr := range r.Repositories {
-		s.repos[refRepo{r.ImageRef, repo}] = rr
+	defer s.mu.Unlock()
+	x.put(s, r)
+}
+
+// storeAll adds records in bulk at start-up, sizing each stripe's table
+// and arena once. It must not run concurrently with other uses.
+func (x *recordIndex) storeAll(recs []*ImageRecord) {
+	var size, entries [indexStripes]int
+	sel := make([]uint8, len(recs))
+	for i, r := range recs {
+		k := maphash.String(x.seed, r.ImageRef) >> stripeShift
+		sel[i] = uint8(k)
+		size[k] += groupSize(r)
+		entries[k] += 1 + len(r.Repositories)
 	}
-	s.mu.Unlock()
+	for k := range x.stripes {
+		s := &x.stripes[k]
+		s.mu.Lock()
+		if size[k] > 0 {
+			x.rebuild(s, s.tab.Load(), (s.entries+entries[k])*1024/700+8, s.live+size[k])
+		}
+		s.mu.Unlock()
+	}
+	for i, r := range recs {
+		s := &x.stripes[sel[i]]
+		s.mu.Lock()
+		x.put(s, r)
+		s.mu.Unlock()
+	}
+}
+
+func (x *recordIndex) stripeOf(ref string) *stripe {
+	return &x.stripes[maphash.String(x.seed, ref)>>stripeShift]
+}
+
+// put replaces r.ImageRef's record by r in s; s.mu is held.
+func (x *recordIndex) put(s *stripe, r *ImageRecord) {
+	x.remove(s, r.ImageRef)
+	need := 1 + len(r.Repositories)
+	t := s.tab.Load()
+	if (s.used+need)*1024 > len(t.slots)*maxLoad {
+		x.rebuild(s, t, (s.entries+need)*2+8, s.live+groupSize(r))
+		t = s.tab.Load()
+	}
+	arena, offs := appendGroup(t.arena, r, x.seed)
+	t = &table{slots: t.slots, arena: arena}
+	s.tab.Store(t) // the group is readable before any slot points at it
+	hr := maphash.String(x.seed, r.ImageRef)
+	x.insert(s, t, x.pairHash(hr, ""), offs[0])
+	for i, repo := range sortedKeys(r.Repositories) {
+		x.insert(s, t, x.pairHash(hr, repo), offs[i+1])
+	}
+	s.groups++
+	s.live += len(arena) - offs[0]
+}
+
+// insert points a free slot of h's probe sequence at off.
+func (x *recordIndex) insert(s *stripe, t *table, h uint64, off int) {
+	n := len(t.slots)
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			if v == slotEmpty {
+				s.used++
+			}
+			s.entries++
+			t.slots[i].Store(slotValue(h, off))
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// remove deletes ref's record from s, if any; s.mu is held.
+func (x *recordIndex) remove(s *stripe, ref string) bool {
+	t, off := x.find(ref)
+	if off < 0 {
+		return false
+	}
+	g := groupView{b: t.arena[off:]}
+	hr := maphash.String(x.seed, ref)
+	x.tombstone(t, x.pairHash(hr, ""), off)
+	for it := g.entries(); it.next(); {
+		x.tombstone(t, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
+	}
+	size := g.size()
+	s.groups--
+	s.entries -= 1 + g.repos()
+	s.live -= size
+	s.garbage += size
+	if s.garbage > 4096 && s.garbage > s.live {
+		x.rebuild(s, t, len(t.slots), s.live)
+	}
+	return true
+}
+
+// tombstone marks the slot pointing at off deleted.
+func (x *recordIndex) tombstone(t *table, h uint64, off int) {
+	n := len(t.slots)
+	want := slotValue(h, off)
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == want {
+			t.slots[i].Store(h&^(1<<32-1) | offTombstone)
+			return
+		}
+		if v == slotEmpty {
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// rebuild replaces s's table by one of n slots whose arena holds only the
+// live groups of t, with room for arenaCap bytes; s.mu is held.
+func (x *recordIndex) rebuild(s *stripe, t *table, n, arenaCap int) {
+	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
+	nt := &table{slots: make([]atomic.Uint64, n), arena: make([]byte, 0, max(arenaCap, s.live))}
+	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
+	for i := range t.slots {
+		v := t.slots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			continue
+		}
+		off := int(uint32(v)) - 1
+		if off >= len(t.arena) || t.arena[off] != kindGroup {
+			continue
+		}
+		g := groupView{b: t.arena[off:]}
+		base := len(nt.arena)
+		nt.arena = append(nt.arena, g.b[:g.size()]...)
+		hr := g.refHash(x.seed)
+		x.insert(s, nt, x.pairHash(hr, ""), base)
+		for it := g.entries(); it.next(); {
+			x.insert(s, nt, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
+		}
+		s.groups++
+		s.live += g.size()
+	}
+	s.tab.Store(nt)
 }
 
 func (x *recordIndex) delete(ref string) {
-	s := x.shard(ref)
+	s := x.stripeOf(ref)
 	s.mu.Lock()
-	s.dropRepos(s.m[ref])
-	delete(s.m, ref)
-	s.mu.Unlock()
-}
-
-func (s *indexShard) dropRepos(old *ImageRecord) {
-	if old == nil {
-		return
-	}
-	for repo := range old.Repositories {
-		delete(s.repos, refRepo{old.ImageRef, repo})
-	}
+	defer s.mu.Unlock()
+	x.remove(s, ref)
 }
 
 // len returns the number of records.
 func (x *recordIndex) len() int {
 	n := 0
-	for i := range x.shards {
-		s := &x.shards[i]
-		s.mu.RLock()
-		n += len(s.m)
-		s.mu.RUnlock()
+	for i := range x.stripes {
+		s := &x.stripes[i]
+		s.mu.Lock()
+		n += s.groups
+		s.mu.Unlock()
 	}
 	return n
 }
 
-// all returns every record. Records are immutable, so the caller may read
-// them without a lock.
+// each calls fn for every record's header, stripe by stripe. The views
+// stay valid after the call.
+func (x *recordIndex) each(fn func(groupView)) {
+	for i := range x.stripes {
+		t := x.stripes[i].tab.Load()
+		for j := range t.slots {
+			v := t.slots[j].Load()
+			if v == slotEmpty || uint32(v) == offTombstone {
+				continue
+			}
+			off := int(uint32(v)) - 1
+			if off < len(t.arena) && t.arena[off] == kindGroup {
+				fn(groupView{b: t.arena[off:]})
+			}
+		}
+	}
+}
+
+// all returns a copy of every record.
 func (x *recordIndex) all() []*ImageRecord {
 	var out []*ImageRecord
-	for i := range x.shards {
-		s := &x.shards[i]
-		s.mu.RLock()
-		for _, r := range s.m {
-			out = append(out, r)
-		}
-		s.mu.RUnlock()
-	}
+	x.each(func(g groupView) { out = append(out, g.record()) })
 	return out
 }
