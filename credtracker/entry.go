@@ -364,12 +364,20 @@ func groupIs(arena []byte, off int, ref string) bool {
 // it reads the header, and reads the first secret's hash first, so that
 // the cache lines it needs are fetched together.
 func entryIs(arena []byte, off int, ref, repo string) (repoView, bool) {
-	refLen := len(ref)
-	if refLen == digestRefLen {
-		refLen = 32 // a digest ref's usual form; checked against the header below
-	}
-	sec := entryHeader + refLen + len(repo)
 	b := arena[off:]
+	if len(ref) == digestRefLen {
+		// Most likely a digest kept as its 32 bytes; a ref of that length
+		// in another form (upper case, say) is kept as it is.
+		if v, ok := entryWith(b, ref, repo, 32); ok || b[0] != kindEntry || b[2] != refRaw {
+			return v, ok
+		}
+	}
+	return entryWith(b, ref, repo, len(ref))
+}
+
+// entryWith is entryIs for an entry whose ref takes refLen bytes.
+func entryWith(b []byte, ref, repo string, refLen int) (repoView, bool) {
+	sec := entryHeader + refLen + len(repo)
 	if sec > len(b) {
 		return repoView{}, false
 	}
@@ -422,13 +430,12 @@ func groupSize(r *ImageRecord) int {
 	return n
 }
 
-// appendGroup appends r's group to arena; offs are the offsets of the
-// group and of its entries, in sorted repository order.
-func appendGroup(arena []byte, r *ImageRecord, seed maphash.Seed) (_ []byte, offs []int) {
-	repos := sortedKeys(r.Repositories)
+// appendGroup appends r's group (of groupSize(r) bytes: size) to arena,
+// with its entries in the order of repos (r's repository names, sorted);
+// it appends to offs the offsets of the group and of its entries.
+func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, seed maphash.Seed) ([]byte, []int) {
 	kind, refLen := storedRef(r.ImageRef)
 	start := len(arena)
-	size := groupSize(r)
 	arena = append(arena, make([]byte, size)...)
 	b := arena[start:]
 	b[0] = kindGroup
@@ -444,8 +451,7 @@ func appendGroup(arena []byte, r *ImageRecord, seed maphash.Seed) (_ []byte, off
 		o += putRef(b[o:], kind, r.ImageRef)
 	}
 	o += copy(b[o:], r.UnknownOrigin)
-	offs = make([]int, 1, 1+len(repos))
-	offs[0] = start
+	offs = append(offs, start)
 	for _, repo := range repos {
 		rr := r.Repositories[repo]
 		offs = append(offs, start+o)

@@ -183,7 +183,7 @@ func (x *recordIndex) store(r *ImageRecord) {
 	s := x.stripeOf(r.ImageRef)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x.put(s, r)
+	x.put(s, r, groupSize(r), false)
 }
 
 // storeAll adds records in bulk at start-up, sizing each stripe's table
@@ -191,10 +191,12 @@ func (x *recordIndex) store(r *ImageRecord) {
 func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	var size, entries [indexStripes]int
 	sel := make([]uint8, len(recs))
+	sizes := make([]int, len(recs))
 	for i, r := range recs {
 		k := maphash.String(x.seed, r.ImageRef) >> stripeShift
 		sel[i] = uint8(k)
-		size[k] += groupSize(r)
+		sizes[i] = groupSize(r)
+		size[k] += sizes[i]
 		entries[k] += 1 + len(r.Repositories)
 	}
 	for k := range x.stripes {
@@ -208,7 +210,7 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	for i, r := range recs {
 		s := &x.stripes[sel[i]]
 		s.mu.Lock()
-		x.put(s, r)
+		x.put(s, r, sizes[i], true)
 		s.mu.Unlock()
 	}
 }
@@ -217,25 +219,46 @@ func (x *recordIndex) stripeOf(ref string) *stripe {
 	return &x.stripes[maphash.String(x.seed, ref)>>stripeShift]
 }
 
-// put replaces r.ImageRef's record by r in s; s.mu is held.
-func (x *recordIndex) put(s *stripe, r *ImageRecord) {
-	x.remove(s, r.ImageRef)
+// put replaces r.ImageRef's record by r in s; s.mu is held. In bulk
+// (start-up, no reader yet) the table is extended in place instead of
+// being published anew.
+func (x *recordIndex) put(s *stripe, r *ImageRecord, size int, bulk bool) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
-		x.rebuild(s, t, (s.entries+need)*2+8, s.live+groupSize(r))
+		x.rebuild(s, t, (s.entries+need)*2+8, s.live+size)
 		t = s.tab.Load()
 	}
-	arena, offs := appendGroup(t.arena, r, x.seed)
-	t = &table{slots: t.slots, arena: arena}
-	s.tab.Store(t) // the group is readable before any slot points at it
+	// The old record, if any, stays readable until the new one is: a
+	// reader sees one or the other, never neither.
+	_, old := x.find(r.ImageRef)
+	var one [1]string
+	repos := one[:0]
+	if len(r.Repositories) == 1 {
+		for repo := range r.Repositories {
+			repos = append(repos, repo)
+		}
+	} else {
+		repos = sortedKeys(r.Repositories)
+	}
+	var offsBuf [4]int
+	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
+	if bulk && cap(arena) == cap(t.arena) {
+		t.arena = arena
+	} else {
+		t = &table{slots: t.slots, arena: arena}
+		s.tab.Store(t) // the group is readable before any slot points at it
+	}
 	hr := maphash.String(x.seed, r.ImageRef)
 	x.insert(s, t, x.pairHash(hr, ""), offs[0])
-	for i, repo := range sortedKeys(r.Repositories) {
+	for i, repo := range repos {
 		x.insert(s, t, x.pairHash(hr, repo), offs[i+1])
 	}
 	s.groups++
-	s.live += len(arena) - offs[0]
+	s.live += size
+	if old >= 0 {
+		x.removeAt(s, t, old, hr)
+	}
 }
 
 // insert points a free slot of h's probe sequence at off.
@@ -263,8 +286,15 @@ func (x *recordIndex) remove(s *stripe, ref string) bool {
 	if off < 0 {
 		return false
 	}
+	x.removeAt(s, t, off, maphash.String(x.seed, ref))
+	return true
+}
+
+// removeAt deletes the group at off in t (the stripe's current table),
+// whose ref hashes to hr, and compacts the stripe when garbage outweighs
+// live bytes; s.mu is held.
+func (x *recordIndex) removeAt(s *stripe, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
-	hr := maphash.String(x.seed, ref)
 	x.tombstone(t, x.pairHash(hr, ""), off)
 	for it := g.entries(); it.next(); {
 		x.tombstone(t, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
@@ -277,7 +307,6 @@ func (x *recordIndex) remove(s *stripe, ref string) bool {
 	if s.garbage > 4096 && s.garbage > s.live {
 		x.rebuild(s, t, len(t.slots), s.live)
 	}
-	return true
 }
 
 // tombstone marks the slot pointing at off deleted.
