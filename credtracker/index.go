@@ -2,6 +2,7 @@ package credtracker
 
 import (
 	"hash/maphash"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -50,6 +51,9 @@ const (
 type stripe struct {
 	mu  sync.Mutex // serializes writers
 	tab atomic.Pointer[table]
+	// ver is odd while a writer changes the stripe and counts changes: a
+	// reader trusts "not found" only if ver was even and did not move.
+	ver atomic.Uint64
 	// Writer state, guarded by mu.
 	groups  int // live records
 	entries int // live slots
@@ -100,12 +104,13 @@ func slotValue(h uint64, off int) uint64 { return h&^(1<<32-1) | uint64(off+1) }
 // probe calls match with the offset of each live slot of (ref, repo)'s
 // probe sequence whose tag is right, in the newest table, until match
 // returns true; it returns that table (nil if none matched).
-func (x *recordIndex) probe(ref, repo string, match func(t *table, off int) bool) *table {
+func (x *recordIndex) probe(ref, repo string, writer bool, match func(t *table, off int) bool) *table {
 	hr := maphash.String(x.seed, ref)
 	s := &x.stripes[hr>>stripeShift]
 	hp := x.pairHash(hr, repo)
 	tag := hp >> 32
 	for {
+		ver := s.ver.Load()
 		t := s.tab.Load()
 		n := len(t.slots)
 		i := home(hp, n)
@@ -113,7 +118,7 @@ func (x *recordIndex) probe(ref, repo string, match func(t *table, off int) bool
 		for {
 			v := t.slots[i].Load()
 			if v == slotEmpty {
-				return nil
+				break
 			}
 			if v>>32 == tag && uint32(v) != offTombstone {
 				off := int(uint32(v)) - 1
@@ -129,16 +134,22 @@ func (x *recordIndex) probe(ref, repo string, match func(t *table, off int) bool
 				i = 0
 			}
 		}
-		if !retry {
-			return nil
+		// A found entry is always valid (its bytes never change); a miss
+		// is trusted only if no writer touched the stripe meanwhile: a
+		// replaced record's new slot may be behind the reader and its old
+		// one deleted ahead of it.
+		if !retry && (writer || ver&1 == 0 && s.ver.Load() == ver) {
+			return nil // (a writer holds s.mu: nothing moves)
 		}
+		runtime.Gosched()
 	}
 }
 
-// find returns the arena offset of ref's group and its table, or -1.
-func (x *recordIndex) find(ref string) (*table, int) {
+// find returns the arena offset of ref's group and its table, or -1. A
+// writer (holding the stripe's lock) says so.
+func (x *recordIndex) find(ref string, writer bool) (*table, int) {
 	found := -1
-	t := x.probe(ref, "", func(t *table, off int) bool {
+	t := x.probe(ref, "", writer, func(t *table, off int) bool {
 		if groupIs(t.arena, off, ref) {
 			found = off
 			return true
@@ -153,7 +164,7 @@ func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
 	if repo == "" {
 		return repoView{}, false
 	}
-	x.probe(ref, repo, func(t *table, off int) bool {
+	x.probe(ref, repo, false, func(t *table, off int) bool {
 		v, ok = entryIs(t.arena, off, ref, repo)
 		return ok
 	})
@@ -162,7 +173,7 @@ func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
 
 // loadGroup returns ref's record header.
 func (x *recordIndex) loadGroup(ref string) (groupView, bool) {
-	t, off := x.find(ref)
+	t, off := x.find(ref, false)
 	if off < 0 {
 		return groupView{}, false
 	}
@@ -183,6 +194,8 @@ func (x *recordIndex) store(r *ImageRecord) {
 	s := x.stripeOf(r.ImageRef)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ver.Add(1)
+	defer s.ver.Add(1)
 	x.put(s, r, groupSize(r), false)
 }
 
@@ -203,14 +216,18 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		s := &x.stripes[k]
 		s.mu.Lock()
 		if size[k] > 0 {
+			s.ver.Add(1)
 			x.rebuild(s, s.tab.Load(), (s.entries+entries[k])*1024/700+8, s.live+size[k])
+			s.ver.Add(1)
 		}
 		s.mu.Unlock()
 	}
 	for i, r := range recs {
 		s := &x.stripes[sel[i]]
 		s.mu.Lock()
+		s.ver.Add(1)
 		x.put(s, r, sizes[i], true)
+		s.ver.Add(1)
 		s.mu.Unlock()
 	}
 }
@@ -231,7 +248,7 @@ func (x *recordIndex) put(s *stripe, r *ImageRecord, size int, bulk bool) {
 	}
 	// The old record, if any, stays readable until the new one is: a
 	// reader sees one or the other, never neither.
-	_, old := x.find(r.ImageRef)
+	_, old := x.find(r.ImageRef, true)
 	var one [1]string
 	repos := one[:0]
 	if len(r.Repositories) == 1 {
@@ -282,7 +299,7 @@ func (x *recordIndex) insert(s *stripe, t *table, h uint64, off int) {
 
 // remove deletes ref's record from s, if any; s.mu is held.
 func (x *recordIndex) remove(s *stripe, ref string) bool {
-	t, off := x.find(ref)
+	t, off := x.find(ref, true)
 	if off < 0 {
 		return false
 	}
@@ -361,6 +378,8 @@ func (x *recordIndex) delete(ref string) {
 	s := x.stripeOf(ref)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ver.Add(1)
+	defer s.ver.Add(1)
 	x.remove(s, ref)
 }
 
