@@ -196,7 +196,7 @@ func (x *recordIndex) store(r *ImageRecord) {
 	defer s.mu.Unlock()
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	x.put(s, r, groupSize(r), false)
+	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
 }
 
 // storeAll adds records in bulk at start-up, sizing each stripe's table
@@ -205,8 +205,10 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	var size, entries [indexStripes]int
 	sel := make([]uint8, len(recs))
 	sizes := make([]int, len(recs))
+	hrs := make([]uint64, len(recs))
 	for i, r := range recs {
-		k := maphash.String(x.seed, r.ImageRef) >> stripeShift
+		hrs[i] = maphash.String(x.seed, r.ImageRef)
+		k := hrs[i] >> stripeShift
 		sel[i] = uint8(k)
 		sizes[i] = groupSize(r)
 		size[k] += sizes[i]
@@ -226,7 +228,7 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		s := &x.stripes[sel[i]]
 		s.mu.Lock()
 		s.ver.Add(1)
-		x.put(s, r, sizes[i], true)
+		x.put(s, r, hrs[i], sizes[i], true)
 		s.ver.Add(1)
 		s.mu.Unlock()
 	}
@@ -239,16 +241,13 @@ func (x *recordIndex) stripeOf(ref string) *stripe {
 // put replaces r.ImageRef's record by r in s; s.mu is held. In bulk
 // (start-up, no reader yet) the table is extended in place instead of
 // being published anew.
-func (x *recordIndex) put(s *stripe, r *ImageRecord, size int, bulk bool) {
+func (x *recordIndex) put(s *stripe, r *ImageRecord, hr uint64, size int, bulk bool) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
 		x.rebuild(s, t, (s.entries+need)*2+8, s.live+size)
 		t = s.tab.Load()
 	}
-	// The old record, if any, stays readable until the new one is: a
-	// reader sees one or the other, never neither.
-	_, old := x.find(r.ImageRef, true)
 	var one [1]string
 	repos := one[:0]
 	if len(r.Repositories) == 1 {
@@ -266,8 +265,9 @@ func (x *recordIndex) put(s *stripe, r *ImageRecord, size int, bulk bool) {
 		t = &table{slots: t.slots, arena: arena}
 		s.tab.Store(t) // the group is readable before any slot points at it
 	}
-	hr := maphash.String(x.seed, r.ImageRef)
-	x.insert(s, t, x.pairHash(hr, ""), offs[0])
+	// The old record, if any, is found while the new one's slot is placed
+	// (the same probe sequence), and stays readable until the new one is.
+	old := x.insertGroup(s, t, x.pairHash(hr, ""), offs[0], r.ImageRef)
 	for i, repo := range repos {
 		x.insert(s, t, x.pairHash(hr, repo), offs[i+1])
 	}
@@ -276,6 +276,37 @@ func (x *recordIndex) put(s *stripe, r *ImageRecord, size int, bulk bool) {
 	if old >= 0 {
 		x.removeAt(s, t, old, hr)
 	}
+}
+
+// insertGroup points a free slot of h's probe sequence (h is the hash of
+// (ref, "")) at the group at off, and returns the offset of ref's previous
+// group, or -1.
+func (x *recordIndex) insertGroup(s *stripe, t *table, h uint64, off int, ref string) (old int) {
+	n := len(t.slots)
+	old, free := -1, -1
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == slotEmpty {
+			if free < 0 {
+				free = i
+				s.used++
+			}
+			break
+		}
+		if uint32(v) == offTombstone {
+			if free < 0 {
+				free = i
+			}
+		} else if o := int(uint32(v)) - 1; v>>32 == h>>32 && o != off && groupIs(t.arena, o, ref) {
+			old = o
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	s.entries++
+	t.slots[free].Store(slotValue(h, off))
+	return old
 }
 
 // insert points a free slot of h's probe sequence at off.
