@@ -427,7 +427,8 @@ func (x *recordIndex) len() int {
 }
 
 // each calls fn for every record's header, stripe by stripe. The views
-// stay valid after the call.
+// stay valid after the call. A record replaced during the walk may be
+// missed or seen twice: callers hold the tracker's write lock.
 func (x *recordIndex) each(fn func(groupView)) {
 	for i := range x.stripes {
 		t := x.stripes[i].tab.Load()

@@ -380,6 +380,9 @@ func (t *tracker) setDiskCount(n int) {
 }
 
 func (t *tracker) Records() []ImageRecord {
+	// Writers hold writeMu: the walk sees every record exactly once.
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	var out []ImageRecord
 	t.images.each(func(g groupView) { out = append(out, *g.record()) })
 	slices.SortFunc(out, func(a, b ImageRecord) int { return strings.Compare(a.ImageRef, b.ImageRef) })
