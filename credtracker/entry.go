@@ -437,7 +437,9 @@ func groupSize(r *ImageRecord) int {
 func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, seed maphash.Seed) ([]byte, []int) {
 	kind, refLen := storedRef(r.ImageRef)
 	start := len(arena)
-	arena = append(arena, make([]byte, size)...)
+	arena = growArena(arena, size)
+	arena = arena[:start+size]
+	clear(arena[start:])
 	b := arena[start:]
 	b[0] = kindGroup
 	b[1] = refInEntries

@@ -37,8 +37,8 @@ type recordIndex struct {
 }
 
 const (
-	indexStripes = 64
-	stripeShift  = 58 // 64 - log2(indexStripes)
+	indexStripes = 4
+	stripeShift  = 62
 
 	slotEmpty = 0
 	// A deleted slot keeps probe chains intact; its offset field is all ones.
@@ -232,6 +232,9 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		s.ver.Add(1)
 		s.mu.Unlock()
 	}
+	for k := range x.stripes {
+		x.stripes[k].tab.Load().collapse()
+	}
 }
 
 func (x *recordIndex) stripeOf(ref string) *stripe {
@@ -380,7 +383,7 @@ func (x *recordIndex) tombstone(t *table, h uint64, off int) {
 // live groups of t, with room for arenaCap bytes; s.mu is held.
 func (x *recordIndex) rebuild(s *stripe, t *table, n, arenaCap int) {
 	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
-	nt := &table{slots: make([]atomic.Uint64, n), arena: make([]byte, 0, max(arenaCap, s.live))}
+	nt := &table{slots: newSlots(n), arena: newArena(max(arenaCap, s.live))}
 	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
 	for i := range t.slots {
 		v := t.slots[i].Load()
@@ -402,6 +405,7 @@ func (x *recordIndex) rebuild(s *stripe, t *table, n, arenaCap int) {
 		s.groups++
 		s.live += g.size()
 	}
+	nt.collapse()
 	s.tab.Store(nt)
 }
 
