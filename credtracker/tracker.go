@@ -46,6 +46,10 @@ type tracker struct {
 
 	status Status // guarded by writeMu after start-up
 
+	// missHook, when set (by this package's tests only), runs in Decide
+	// right after a look-up that found no record under the pod's name.
+	missHook func()
+
 	// writeFault, when set (by this package's tests only), fails the
 	// durable writes it returns an error for, before they reach the store.
 	writeFault func(op string) error
@@ -80,17 +84,30 @@ func (t *tracker) decide(req Request) Decision {
 
 	rv, ok := t.images.loadRepository(req.ImageRef, repo)
 	if !ok {
-		// The node has no record of pulling this image under this name.
-		g, rec := t.images.loadGroup(req.ImageRef)
+		if t.missHook != nil {
+			t.missHook()
+		}
+		// The node had no record of pulling this image under this name
+		// when it looked. A pull may have ended since: a writer stores its
+		// record before it leaves the in-flight counts, so the counts are
+		// read first, and the records again after them. Whatever was in
+		// flight then has either ended (and is in the records read now)
+		// or is counted.
 		named := namedBy(repo, req.Names)
+		inFlight := t.pullInFlight(repo)
+		anyInFlight := !named && t.anyPullInFlight()
+		if rv, ok = t.images.loadRepository(req.ImageRef, repo); ok {
+			return t.match(req, repo, rv)
+		}
+		g, rec := t.images.loadGroup(req.ImageRef)
 		switch {
 		case rec && g.unknownOrigin():
 			return deny(req, ReasonUnknownOrigin)
 		case t.degraded.Load():
 			return deny(req, ReasonRecordsUnreadable)
-		case t.pullInFlight(repo):
+		case inFlight:
 			return deny(req, ReasonPullInFlight)
-		case !named && t.anyPullInFlight():
+		case anyInFlight:
 			// The pod reaches the image by something that is not one of
 			// its names (an image ID), and the node is pulling: the image
 			// may be the one being pulled, not yet recorded.
