@@ -62,14 +62,14 @@ func newArena(n int) []byte {
 }
 
 // growArena returns arena with room for need more bytes: arena itself if
-// it has it, else a copy in a new buffer twice as large (amortized O(1)
-// per byte). Bytes already published are never moved in place: readers
+// it has it, else a copy in a new buffer an eighth larger (amortized O(1)
+// per byte, and never more than an eighth of the arena unused). Bytes already published are never moved in place: readers
 // holding the old buffer keep reading it.
 func growArena(arena []byte, need int) []byte {
 	if cap(arena)-len(arena) >= need {
 		return arena
 	}
-	b := append(newArena(max(2*cap(arena), len(arena)+need, 4096)), arena...)
+	b := append(newArena(max(cap(arena)+cap(arena)/8, len(arena)+need, 4096)), arena...)
 	collapseHuge(b)
 	return b
 }

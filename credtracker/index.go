@@ -27,9 +27,10 @@ import (
 // header: slots, arena, size) with an atomic pointer, then points the slots
 // at it with atomic stores; the old group becomes garbage. A reader loads
 // the table, then a slot; an offset past its table's arena means a newer
-// table exists, and the reader loads it again. When garbage outweighs live
-// bytes or the slots fill, the writer builds a new table and arena and
-// swaps it in: amortized O(1), independent of the record count.
+// table exists, and the reader loads it again. When garbage passes a
+// sixteenth of the live bytes or the slots fill, the writer builds a new
+// table and arena and swaps it in: amortized O(1), independent of the
+// record count.
 //
 // Writers are serialized (by the tracker's write lock, and by the index's
 // own), so a single table costs nothing in write concurrency; and it lets
@@ -49,6 +50,13 @@ const (
 	// maxLoad is the fraction of slots (live and deleted) in use that
 	// triggers a rebuild, in 1/1024.
 	maxLoad = 768
+	// The arena holds at most 1/garbageShare of its live bytes as garbage
+	// (replaced and deleted groups) before it is compacted, and a rebuilt
+	// arena has twice that room (so that garbage triggers a compaction
+	// before it makes the arena grow): the arena stays within 1/8 of the
+	// live records' size, for a compaction every live/garbageShare bytes
+	// written (amortized O(1) per write).
+	garbageShare = 16
 )
 
 // indexState is the published table and the writers' bookkeeping.
@@ -229,7 +237,14 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bu
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
-		x.rebuild(s, t, (s.entries+need)*2+8, s.live+size)
+		// Live and deleted slots fill the table: rebuild it, twice as
+		// large if live slots alone fill half of it, else as it is (the
+		// deleted slots are dropped).
+		n := len(t.slots)
+		if (s.entries+need)*2048 > n*maxLoad {
+			n = (s.entries+need)*2 + 8
+		}
+		x.rebuild(s, t, n, s.live+size)
 		t = s.tab.Load()
 	}
 	var one [1]string
@@ -322,9 +337,9 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 	return true
 }
 
-// removeAt deletes the group at off in t (the stripe's current table),
-// whose ref hashes to hr, and compacts the stripe when garbage outweighs
-// live bytes; s.mu is held.
+// removeAt deletes the group at off in t (the current table), whose ref
+// hashes to hr, and compacts the index when garbage passes 1/garbageShare
+// of the live bytes; s.mu is held.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
 	x.tombstone(t, x.pairHash(hr, ""), off)
@@ -336,7 +351,7 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	s.entries -= 1 + g.repos()
 	s.live -= size
 	s.garbage += size
-	if s.garbage > 4096 && s.garbage > s.live {
+	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
 		x.rebuild(s, t, len(t.slots), s.live)
 	}
 }
@@ -364,7 +379,8 @@ func (x *recordIndex) tombstone(t *table, h uint64, off int) {
 // live groups of t, with room for arenaCap bytes; s.mu is held.
 func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
-	nt := &table{slots: newSlots(n), arena: newArena(max(arenaCap, s.live))}
+	arenaCap = max(arenaCap, s.live)
+	nt := &table{slots: newSlots(n), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
 	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
 	for i := range t.slots {
 		v := t.slots[i].Load()
