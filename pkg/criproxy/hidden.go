@@ -33,6 +33,11 @@ type hiddenSet struct {
 	mu     sync.Mutex
 	at     map[string]hiddenEntry
 	window time.Duration
+	// keys memoizes hiddenKey (a name parse per call otherwise, the
+	// largest part of the proxy's own time in a forwarded ImageStatus);
+	// bounded by maxHidden, cleared when full. A pure function's results:
+	// what it holds never depends on who asked.
+	keys map[string]string
 }
 
 type hiddenEntry struct {
@@ -58,10 +63,23 @@ type hiddenEntry struct {
 const userLookupAfter = statusTTL
 
 func newHiddenSet(window time.Duration) *hiddenSet {
-	return &hiddenSet{at: map[string]hiddenEntry{}, window: window}
+	return &hiddenSet{at: map[string]hiddenEntry{}, window: window, keys: map[string]string{}}
 }
 
-// key normalizes an image name, so that "alpine" and
+// key is hiddenKey(image), memoized; h.mu must be held.
+func (h *hiddenSet) key(image string) string {
+	if k, ok := h.keys[image]; ok {
+		return k
+	}
+	k := hiddenKey(image)
+	if len(h.keys) >= maxHidden {
+		clear(h.keys) // forgetting costs one parse
+	}
+	h.keys[image] = k
+	return k
+}
+
+// hiddenKey normalizes an image name, so that "alpine" and
 // "docker.io/library/alpine:latest" are one image.
 func hiddenKey(image string) string {
 	if n, err := pgruntime.NormalizeImage(image); err == nil {
@@ -71,9 +89,9 @@ func hiddenKey(image string) string {
 }
 
 func (h *hiddenSet) mark(image string, now time.Time, id string, names []string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e, found := h.at[key]
 	if found && e.lookups > 0 && now.Sub(e.pulled) <= userLookupAfter {
 		// A container creation asking the image's user; see userLookupAfter.
@@ -99,9 +117,9 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 // after which the kubelet asks the image's user; its cached status is
 // dropped (the pull may have moved the tag).
 func (h *hiddenSet) pulled(image string, now time.Time) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e := h.at[key]
 	if now.Sub(e.pulled) > userLookupAfter {
 		e.lookups = 0
@@ -120,9 +138,9 @@ func (h *hiddenSet) pulled(image string, now time.Time) {
 // returns the status behind that answer if it is younger than statusTTL
 // (id "" otherwise).
 func (h *hiddenSet) recent(image string, now time.Time) (ok bool, id string, names []string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e, found := h.at[key]
 	if !found || now.Sub(e.at) > h.window {
 		return false, "", nil
@@ -136,9 +154,9 @@ func (h *hiddenSet) recent(image string, now time.Time) (ok bool, id string, nam
 // forget drops image's cached status (a pull or removal may change it),
 // keeping the mark that it was reported absent.
 func (h *hiddenSet) forget(image string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	if e, ok := h.at[key]; ok {
 		e.id, e.names = "", nil
 		h.at[key] = e

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/require"
+	"k8s.io/component-base/metrics/legacyregistry"
 	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/criproxy"
@@ -92,7 +93,11 @@ func newBenchProxy() (*benchProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := criproxy.New(backend, tr, tr.Hasher())
+	// As pullguard serve runs by default: its metrics registered (they are
+	// served on --metrics-bind-address), klog's logger at its default
+	// verbosity.
+	registerBenchMetrics()
+	srv, err := criproxy.New(backend, tr, tr.Hasher(), criproxy.WithLogger(klog.Background()))
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +106,8 @@ func newBenchProxy() (*benchProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	gs := criproxy.NewGRPCServer(srv, klogDiscard()) // the server pullguard serve runs
-	go func() { _ = gs.Serve(l) }()                  // stopped with the process: benchmarks run last
+	gs := criproxy.NewGRPCServer(srv, klog.Background()) // the server pullguard serve runs
+	go func() { _ = gs.Serve(l) }()                      // stopped with the process: benchmarks run last
 	proxy, err := pgruntime.NewRemote(ctx, "unix://"+socket, time.Minute)
 	if err != nil {
 		return nil, err
@@ -273,7 +278,14 @@ func pushImage(repo, tag string, seed int64) (string, error) {
 	return ref.String(), err
 }
 
-func klogDiscard() logr.Logger { return logr.Discard() }
+// registerBenchMetrics registers the proxy's and the tracker's metrics
+// with component-base's legacy registry, as serve does: unregistered
+// metrics of component-base are no-ops and would cost nothing.
+func registerBenchMetrics() {
+	for _, m := range append(criproxy.Metrics(), credtracker.Metrics()...) {
+		_ = legacyregistry.Register(m) // already registered: harmless
+	}
+}
 
 // reportPercentiles reports the p50 and p99 of lat, in µs, labelled
 // what, and returns the p50.
