@@ -45,22 +45,32 @@ type hiddenEntry struct {
 	id     string
 	names  []string
 	pulled time.Time // last successful PullImage of the image
-	// lookups counts the successful pulls since pulled-userLookupAfter
-	// whose container creation has not asked the image's user yet.
+	// lookups counts the ImageStatus calls still expected from the
+	// kubelet after the successful pulls since pulled-userLookupAfter
+	// (lookupsPerPull each).
 	lookups int
 }
 
 // userLookupAfter is how long after a successful PullImage of an image
-// the kubelet's container creation may ask ImageStatus of it for the
-// image's user (getImageUser, right after every pull, with nothing that
-// tells it from a presence check). The first "absent" answer after each
-// such pull is taken for that lookup and opens no answer window.
-// Otherwise every container creation, an Always container's included,
-// would open the window, and a restarted Always container would be
-// answered from its record instead of asking the registry. Taking a
-// presence check of another pod for a lookup only costs that pod a
+// the kubelet may ask ImageStatus of it without it being a presence
+// check: right after every successful pull the puller asks the image's
+// size (GetImageSize), and container creation asks the image's user
+// (getImageUser), with nothing that tells either from a presence check
+// (k8s.io/kubernetes v1.36, pkg/kubelet/images and
+// pkg/kubelet/kuberuntime). The first lookupsPerPull "absent" answers
+// after each such pull are taken for those calls and open no answer
+// window. Otherwise every container creation, an Always container's
+// included, would open the window, and a restarted Always container would
+// be answered from its record instead of asking the registry. Taking a
+// presence check of another pod for one of them (a kubelet that asks
+// fewer, a container creation that fails first) only costs that pod a
 // forwarded pull (the registry decides), the safe side.
 const userLookupAfter = statusTTL
+
+// lookupsPerPull is how many ImageStatus calls of the image the kubelet
+// makes after a successful pull that are not presence checks:
+// GetImageSize and getImageUser.
+const lookupsPerPull = 2
 
 func newHiddenSet(window time.Duration) *hiddenSet {
 	return &hiddenSet{at: map[string]hiddenEntry{}, window: window, keys: map[string]string{}}
@@ -94,7 +104,7 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 	key := h.key(image)
 	e, found := h.at[key]
 	if found && e.lookups > 0 && now.Sub(e.pulled) <= userLookupAfter {
-		// A container creation asking the image's user; see userLookupAfter.
+		// The kubelet asking the image's size or user; see userLookupAfter.
 		e.lookups--
 		h.at[key] = e
 		return
@@ -114,8 +124,8 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 }
 
 // pulled notes a successful PullImage of image (answered or forwarded),
-// after which the kubelet asks the image's user; its cached status is
-// dropped (the pull may have moved the tag).
+// after which the kubelet asks the image's size and user; its cached
+// status is dropped (the pull may have moved the tag).
 func (h *hiddenSet) pulled(image string, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -125,7 +135,7 @@ func (h *hiddenSet) pulled(image string, now time.Time) {
 		e.lookups = 0
 	}
 	e.id, e.names, e.pulled = "", nil, now
-	e.lookups++
+	e.lookups += lookupsPerPull
 	if len(h.at) >= maxHidden {
 		if _, ok := h.at[key]; !ok {
 			return // full: forgetting only costs a forwarded pull
