@@ -76,8 +76,15 @@ func newHiddenSet(window time.Duration) *hiddenSet {
 	return &hiddenSet{at: map[string]hiddenEntry{}, window: window, keys: map[string]string{}}
 }
 
+// maxMemoName bounds the names key memoizes (an image name is at most
+// a few hundred bytes; anything longer is normalized each time).
+const maxMemoName = 1024
+
 // key is hiddenKey(image), memoized; h.mu must be held.
 func (h *hiddenSet) key(image string) string {
+	if len(image) > maxMemoName {
+		return hiddenKey(image)
+	}
 	if k, ok := h.keys[image]; ok {
 		return k
 	}
