@@ -1,6 +1,7 @@
 package credtracker
 
 import (
+	"errors"
 	"hash/maphash"
 	"runtime"
 	"sync"
@@ -8,7 +9,9 @@ import (
 
 // pendingSlot is a slot to fill once the groups are in the arena: the hash
 // of its (image ref, repository), the offset of its group or entry, and for
-// a group's own slot the index of its record (-1 for an entry's).
+// a group's own slot in bulkLoad the index of its record, whose ref is
+// looked for among the groups placed before (-1 for an entry's slot, and
+// in install, where the refs are the store's keys, unique).
 type pendingSlot struct {
 	h   uint64
 	off int
@@ -103,4 +106,92 @@ func parallel(n int, fn func(w int)) {
 		wg.Go(func() { fn(w) })
 	}
 	wg.Wait()
+}
+
+// bulkPart is one start-up worker's share of the records, encoded for the
+// index as the worker decodes them (see decodeContents): its groups in
+// chunks (never copied while they fill), and the slots to fill for them,
+// at offsets from the part's start.
+type bulkPart struct {
+	chunks [][]byte
+	size   int // bytes in chunks
+	slots  []pendingSlot
+	groups int
+	offs   []int // appendGroup's scratch
+}
+
+// bulkChunk is the size of a part's chunks.
+const bulkChunk = 1 << 20
+
+// prepare encodes r into p. Records are immutable: r may be dropped.
+func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
+	size := groupSize(r)
+	n := len(p.chunks)
+	if n == 0 || cap(p.chunks[n-1])-len(p.chunks[n-1]) < size {
+		p.chunks = append(p.chunks, make([]byte, 0, max(bulkChunk, size)))
+		n++
+	}
+	c := p.chunks[n-1]
+	base := p.size - len(c) // the chunk's offset in the part
+	var one [1]string
+	repos := one[:0]
+	if len(r.Repositories) == 1 {
+		for repo := range r.Repositories {
+			repos = append(repos, repo)
+		}
+	} else {
+		repos = sortedKeys(r.Repositories)
+	}
+	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], x.seed)
+	hr := maphash.String(x.seed, r.ImageRef)
+	p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0], rec: -1})
+	for k, repo := range repos {
+		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1], rec: -1})
+	}
+	p.size += size
+	p.groups++
+}
+
+// errIndexNotEmpty: install is for start-up only.
+var errIndexNotEmpty = errors.New("the record index is not empty")
+
+// install fills the empty index with the records prepared by the start-up
+// workers: one arena of the exact size (advised for huge pages before it
+// is written), the parts' chunks copied into it, and the slots filled in
+// one pass. The records' refs are the store's keys, which the store's
+// structural check proves distinct.
+func (x *recordIndex) install(parts []bulkPart) error {
+	s := &x.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.groups != 0 || s.garbage != 0 {
+		return errIndexNotEmpty
+	}
+	size, entries, groups := 0, 0, 0
+	for i := range parts {
+		size += parts[i].size
+		entries += len(parts[i].slots)
+		groups += parts[i].groups
+	}
+	if groups == 0 {
+		return nil
+	}
+	s.ver.Add(1)
+	defer s.ver.Add(1)
+	t := &table{slots: newSlots(entries*1024/700 + 8), arena: newArena(size)}
+	for i := range parts {
+		base := len(t.arena)
+		for _, c := range parts[i].chunks {
+			t.arena = append(t.arena, c...)
+		}
+		for _, ps := range parts[i].slots {
+			x.insert(s, t, ps.h, base+ps.off)
+		}
+		parts[i] = bulkPart{} // the chunks are garbage now
+	}
+	s.groups = groups
+	s.live = size
+	t.collapse()
+	s.tab.Store(t)
+	return nil
 }

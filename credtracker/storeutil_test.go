@@ -23,7 +23,7 @@ func newBenchStore(dir string, h *credential.Hasher) (*store, error) {
 		gen.close()
 		return nil, err
 	}
-	s, err := openStore(path, sl, gen, false)
+	s, err := openStore(path, sl, gen, false, nil)
 	if err != nil {
 		gen.close()
 		return nil, err
