@@ -208,28 +208,6 @@ func (x *recordIndex) store(r *ImageRecord) {
 	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
 }
 
-// storeAll adds records in bulk at start-up. Into an empty index (the
-// start-up case) the groups are encoded on every core, each worker into
-// its own buffer, and then copied into an arena of the exact size, and the
-// slots filled, in one pass (bulkLoad). Into a non-empty index, records
-// are stored one by one. It must not run concurrently with other uses.
-func (x *recordIndex) storeAll(recs []*ImageRecord) {
-	if len(recs) == 0 {
-		return
-	}
-	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.ver.Add(1)
-	defer s.ver.Add(1)
-	if s.groups == 0 && x.bulkLoad(s, recs) {
-		return
-	}
-	for _, r := range recs {
-		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
-	}
-}
-
 // put replaces r.ImageRef's record by r in s; s.mu is held. In bulk
 // (start-up, no reader yet) the table is extended in place instead of
 // being published anew.
@@ -248,14 +226,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bu
 		t = s.tab.Load()
 	}
 	var one [1]string
-	repos := one[:0]
-	if len(r.Repositories) == 1 {
-		for repo := range r.Repositories {
-			repos = append(repos, repo)
-		}
-	} else {
-		repos = sortedKeys(r.Repositories)
-	}
+	repos := repoNames(r, &one)
 	var offsBuf [4]int
 	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
 	if bulk && cap(arena) == cap(t.arena) {
