@@ -12,7 +12,7 @@ import (
 // memory misses it takes, so it takes as few as it can.
 //
 // Records live in one open-addressing table (linear probing) and one byte
-// arena, both in transparent huge pages when large (hugepage.go). A slot is
+// arena (arena.go). A slot is
 // one uint64: 32 bits of the keyed hash (maphash, a random seed per
 // process) of (image ref, repository) as a tag, 32 bits of arena offset.
 // The arena holds each record as one contiguous group (see entry.go): the
@@ -33,11 +33,8 @@ import (
 // record count.
 //
 // Writers are serialized (by the tracker's write lock, and by the index's
-// own), so a single table costs nothing in write concurrency; and it lets
-// the arena be one buffer large enough for huge pages. An earlier version
-// split the index into 64 stripes: each arena was then too small for a
-// huge page, and the uniform decision at 100 000 records paid a TLB miss
-// on every look-up (about 330 ns instead of 275; docs/benchmarks.md).
+// own), so a single table costs nothing in write concurrency. (An earlier
+// version split the index into 64 stripes, for no measurable gain.)
 type recordIndex struct {
 	seed maphash.Seed
 	s    indexState
@@ -373,7 +370,6 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 		s.groups++
 		s.live += g.size()
 	}
-	nt.collapse()
 	s.tab.Store(nt)
 }
 
