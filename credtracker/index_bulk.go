@@ -71,8 +71,8 @@ var errIndexNotEmpty = errors.New("the record index is not empty")
 
 // install fills the empty index with prepared parts whose records have
 // distinct refs (at start-up, the store's keys, which its structural check
-// proves distinct): one arena of the exact size, the parts' chunks copied into it, and the slots
-// filled in one pass.
+// proves distinct): one arena of the exact size, the parts' chunks copied
+// into it, and the slots filled in one pass.
 func (x *recordIndex) install(parts []bulkPart) error {
 	s := &x.s
 	s.mu.Lock()
