@@ -40,6 +40,11 @@ import (
 type recordIndex struct {
 	seed maphash.Seed
 	s    indexState
+
+	// slowHook, when set (by this package's tests only), runs when a
+	// writer has done an O(n) step (a rebuild, an arena's copy) and not
+	// yet published it.
+	slowHook func()
 }
 
 const (
@@ -55,8 +60,10 @@ const (
 type indexState struct {
 	mu  sync.Mutex // serializes writers
 	tab atomic.Pointer[table]
-	// ver is odd while a writer changes the index and counts changes: a
-	// reader trusts "not found" only if ver was even and did not move.
+	// ver is odd while a writer changes the published slots and counts
+	// changes: a reader trusts "not found" only if ver was even and did
+	// not move. A rebuild or an arena's copy, which change no record and
+	// take O(n), leave it even: readers go on with the table they have.
 	ver atomic.Uint64
 	// Writer state, guarded by mu.
 	groups  int // live records
@@ -195,9 +202,8 @@ func (x *recordIndex) store(r *ImageRecord) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ver.Add(1)
-	defer s.ver.Add(1)
-	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
+	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
+	x.compact(s)
 }
 
 // storeAll adds records in bulk at start-up. Into an empty index (the
@@ -212,20 +218,25 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ver.Add(1)
-	defer s.ver.Add(1)
-	if s.groups == 0 && x.bulkLoad(s, recs) {
-		return
+	if s.groups == 0 {
+		s.ver.Add(1)
+		ok := x.bulkLoad(s, recs)
+		s.ver.Add(1)
+		if ok {
+			return
+		}
 	}
 	for _, r := range recs {
-		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
+		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
+		x.compact(s)
 	}
 }
 
-// put replaces r.ImageRef's record by r in s; s.mu is held. In bulk
-// (start-up, no reader yet) the table is extended in place instead of
-// being published anew.
-func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bulk bool) {
+// put replaces r.ImageRef's record by r in s; s.mu is held. Only while
+// it changes the published slots is the index marked as changing (s.ver
+// odd): the rebuild and the arena's copy before that change no record,
+// so readers, who wait while it is marked, go on meanwhile.
+func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
@@ -243,12 +254,13 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bu
 	}
 	var offsBuf [4]int
 	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
-	if bulk && cap(arena) == cap(t.arena) {
-		t.arena = arena
-	} else {
-		t = &table{slots: t.slots, arena: arena}
-		s.tab.Store(t) // the group is readable before any slot points at it
+	if x.slowHook != nil && cap(arena) != cap(t.arena) {
+		x.slowHook()
 	}
+	t = &table{slots: t.slots, arena: arena}
+	s.tab.Store(t) // the group is readable before any slot points at it
+	s.ver.Add(1)
+	defer s.ver.Add(1)
 	// The old record, if any, is found while the new one's slot is placed
 	// (the same probe sequence), and stays readable until the new one is.
 	old := x.insertGroup(s, t, x.pairHash(hr, ""), offs[0], r.ImageRef)
@@ -322,9 +334,8 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 	return true
 }
 
-// removeAt deletes the group at off in t (the stripe's current table),
-// whose ref hashes to hr, and compacts the stripe when garbage outweighs
-// live bytes; s.mu is held.
+// removeAt deletes the group at off in t (the current table), whose ref
+// hashes to hr; s.mu is held and s.ver odd.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
 	x.tombstone(t, x.pairHash(hr, ""), off)
@@ -336,7 +347,14 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	s.entries -= 1 + g.repos()
 	s.live -= size
 	s.garbage += size
+}
+
+// compact rebuilds s's table without its garbage when garbage outweighs
+// live bytes; s.mu is held, and s.ver even: the rebuild changes no
+// record.
+func (x *recordIndex) compact(s *indexState) {
 	if s.garbage > 4096 && s.garbage > s.live {
+		t := s.tab.Load()
 		x.rebuild(s, t, len(t.slots), s.live)
 	}
 }
@@ -387,6 +405,9 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 		s.live += g.size()
 	}
 	nt.collapse()
+	if x.slowHook != nil {
+		x.slowHook()
+	}
 	s.tab.Store(nt)
 }
 
@@ -395,8 +416,9 @@ func (x *recordIndex) delete(ref string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ver.Add(1)
-	defer s.ver.Add(1)
 	x.remove(s, ref)
+	s.ver.Add(1)
+	x.compact(s)
 }
 
 // len returns the number of records.
