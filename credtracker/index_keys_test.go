@@ -297,3 +297,60 @@ func TestIndexRecordsWithoutRepositoriesOrDuplicatedInBulk(t *testing.T) {
 		})
 	}
 }
+
+// FuzzIndexKeys stores two records under arbitrary refs and repository
+// names (arbitrary bytes, lengths, near-digests) and checks every look-up
+// the decision and the tracker make against a map: a record is found
+// under its own key only, and comes back whole.
+func FuzzIndexKeys(f *testing.F) {
+	refs, repos := adversarialRefs(), adversarialRepos()
+	for i := range refs {
+		f.Add(refs[i], repos[i%len(repos)], refs[(i+1)%len(refs)], repos[(i+3)%len(repos)], uint8(i), "")
+	}
+	f.Add("a", "bc", "ab", "c", uint8(3), "reason")
+	f.Fuzz(func(t *testing.T, ref1, repo1, ref2, repo2 string, n uint8, reason string) {
+		at := time.Unix(1_700_000_000, int64(n)).UTC()
+		mk := func(ref, repo string, n int) *ImageRecord {
+			r := &ImageRecord{ImageRef: ref, UnknownOrigin: reason, Updated: at, Repositories: map[string]*RepositoryRecord{}}
+			if repo != "" || n%2 == 0 {
+				rr := &RepositoryRecord{Updated: at}
+				for i := range n % 5 {
+					rr.Secrets = append(rr.Secrets, SecretEntry{Namespace: repo, Name: ref, UID: reason, Hash: credential.Hash{byte(i), byte(n)}, Verified: at})
+				}
+				r.Repositories[repo] = rr
+			}
+			return r
+		}
+		x := newRecordIndex()
+		model := map[string]*ImageRecord{}
+		for k, r := range []*ImageRecord{mk(ref1, repo1, int(n)), mk(ref2, repo2, int(n)/5)} {
+			if k == int(n)%2 {
+				x.storeAll([]*ImageRecord{r})
+			} else {
+				x.store(r)
+			}
+			model[r.ImageRef] = r
+		}
+		probeRefs := []string{ref1, ref2, ref1 + ref2, strings.ToUpper(ref1)}
+		probeRepos := []string{repo1, repo2, repo1 + repo2}
+		for _, ref := range probeRefs {
+			require.Equal(t, model[ref], x.load(ref), "load(%q)", ref)
+			for _, repo := range probeRepos {
+				v, ok := x.loadRepository(ref, repo)
+				var want *RepositoryRecord
+				if r := model[ref]; r != nil && repo != "" {
+					want = r.Repositories[repo]
+				}
+				require.Equal(t, want != nil, ok, "loadRepository(%q, %q)", ref, repo)
+				if ok {
+					require.Equal(t, want, v.record())
+				}
+			}
+		}
+		x.delete(ref1)
+		delete(model, ref1)
+		for _, ref := range probeRefs {
+			require.Equal(t, model[ref], x.load(ref), "after delete: load(%q)", ref)
+		}
+	})
+}

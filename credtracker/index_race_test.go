@@ -206,7 +206,7 @@ func TestIndexReadsAreLinearizable(t *testing.T) {
 // pulled a private image; while other images are recorded, replaced and
 // pruned (growing, reallocating and compacting the index), and A's record
 // itself is rewritten, tenant B's pod, which has no credential for it,
-// asks for it again and again. It must be refused every time: a single
+// asks for it again and again (while the tracker prunes and forgets). It must be refused every time: a single
 // miss would take the image for a preloaded one and admit B.
 func TestDecideNeverTakesARecordedImageForPreloadedUnderChurn(t *testing.T) {
 	trI, err := New(context.Background(), Config{Dir: t.TempDir()}, nil, WithLogger(klog.Background().V(10)))
@@ -261,6 +261,13 @@ func TestDecideNeverTakesARecordedImageForPreloadedUnderChurn(t *testing.T) {
 			tr.images.store(mine.clone()) // the same content, at a new place
 		}
 		tr.writeMu.Unlock()
+		if op%200 == 199 {
+			// The tracker's own bulk writers: every other record pruned,
+			// every record walked and unrelated entries forgotten.
+			_, err := tr.PruneImages([]Image{{Ref: ref, Names: []string{image}}}, time.Now())
+			require.NoError(t, err)
+			require.NoError(t, tr.ForgetNamespace("tenant-x"))
+		}
 	}
 	done.Store(true)
 	wg.Wait()
