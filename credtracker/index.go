@@ -218,13 +218,8 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.groups == 0 {
-		s.ver.Add(1)
-		ok := x.bulkLoad(s, recs)
-		s.ver.Add(1)
-		if ok {
-			return
-		}
+	if s.groups == 0 && x.marked(s, func() bool { return x.bulkLoad(s, recs) }) {
+		return
 	}
 	for _, r := range recs {
 		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
@@ -415,10 +410,17 @@ func (x *recordIndex) delete(ref string) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ver.Add(1)
-	x.remove(s, ref)
-	s.ver.Add(1)
+	x.marked(s, func() bool { return x.remove(s, ref) })
 	x.compact(s)
+}
+
+// marked runs fn with the index marked as changing (s.ver odd), and
+// unmarks it even if fn panics: left marked, it would hold every reader
+// that finds nothing forever. s.mu is held.
+func (x *recordIndex) marked(s *indexState, fn func() bool) bool {
+	s.ver.Add(1)
+	defer s.ver.Add(1)
+	return fn()
 }
 
 // len returns the number of records.
