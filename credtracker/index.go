@@ -27,9 +27,10 @@ import (
 // header: slots, arena, size) with an atomic pointer, then points the slots
 // at it with atomic stores; the old group becomes garbage. A reader loads
 // the table, then a slot; an offset past its table's arena means a newer
-// table exists, and the reader loads it again. When garbage outweighs live
-// bytes or the slots fill, the writer builds a new table and arena and
-// swaps it in: amortized O(1), independent of the record count.
+// table exists, and the reader loads it again. When garbage passes a
+// sixteenth of the live bytes or the slots fill, the writer builds a new
+// table and arena and swaps it in: amortized O(1), independent of the
+// record count.
 //
 // Writers are serialized (by the tracker's write lock, and by the index's
 // own), so a single table costs nothing in write concurrency; and it lets
@@ -54,6 +55,13 @@ const (
 	// maxLoad is the fraction of slots (live and deleted) in use that
 	// triggers a rebuild, in 1/1024.
 	maxLoad = 768
+	// The arena holds at most 1/garbageShare of its live bytes as garbage
+	// (replaced and deleted groups) before it is compacted, and a rebuilt
+	// arena has twice that room (so that garbage triggers a compaction
+	// before it makes the arena grow): the arena stays within 1/8 of the
+	// live records' size, for a compaction every live/garbageShare bytes
+	// written (amortized O(1) per write).
+	garbageShare = 16
 )
 
 // indexState is the published table and the writers' bookkeeping.
@@ -206,47 +214,27 @@ func (x *recordIndex) store(r *ImageRecord) {
 	x.compact(s)
 }
 
-// storeAll adds records in bulk at start-up. Into an empty index (the
-// start-up case) the groups are encoded on every core, each worker into
-// its own buffer, and then copied into an arena of the exact size, and the
-// slots filled, in one pass (bulkLoad). Into a non-empty index, records
-// are stored one by one. It must not run concurrently with other uses.
-func (x *recordIndex) storeAll(recs []*ImageRecord) {
-	if len(recs) == 0 {
-		return
-	}
-	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.groups == 0 && x.marked(s, func() bool { return x.bulkLoad(s, recs) }) {
-		return
-	}
-	for _, r := range recs {
-		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
-		x.compact(s)
-	}
-}
-
-// put replaces r.ImageRef's record by r in s; s.mu is held. Only while
-// it changes the published slots is the index marked as changing (s.ver
-// odd): the rebuild and the arena's copy before that change no record,
-// so readers, who wait while it is marked, go on meanwhile.
+// put replaces r.ImageRef's record by r in s; s.mu is held, s.ver even.
+// Only while it changes the published slots is the index marked as
+// changing (s.ver odd): the rebuild and the arena's copy before that
+// change no record, so readers, who wait while it is marked, go on
+// meanwhile. The caller compacts after it (compact).
 func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
-		x.rebuild(s, t, (s.entries+need)*2+8, s.live+size)
+		// Live and deleted slots fill the table: rebuild it, twice as
+		// large if live slots alone fill half of it, else as it is (the
+		// deleted slots are dropped).
+		n := len(t.slots)
+		if (s.entries+need)*2048 > n*maxLoad {
+			n = (s.entries+need)*2 + 8
+		}
+		x.rebuild(s, t, n, s.live+size)
 		t = s.tab.Load()
 	}
 	var one [1]string
-	repos := one[:0]
-	if len(r.Repositories) == 1 {
-		for repo := range r.Repositories {
-			repos = append(repos, repo)
-		}
-	} else {
-		repos = sortedKeys(r.Repositories)
-	}
+	repos := repoNames(r, &one)
 	var offsBuf [4]int
 	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
 	if x.slowHook != nil && cap(arena) != cap(t.arena) {
@@ -344,11 +332,11 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	s.garbage += size
 }
 
-// compact rebuilds s's table without its garbage when garbage outweighs
-// live bytes; s.mu is held, and s.ver even: the rebuild changes no
-// record.
+// compact rebuilds s's table without its garbage when garbage passes
+// 1/garbageShare of the live bytes; s.mu is held, and s.ver even: the
+// rebuild changes no record, so readers go on meanwhile.
 func (x *recordIndex) compact(s *indexState) {
-	if s.garbage > 4096 && s.garbage > s.live {
+	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
 		t := s.tab.Load()
 		x.rebuild(s, t, len(t.slots), s.live)
 	}
@@ -377,7 +365,8 @@ func (x *recordIndex) tombstone(t *table, h uint64, off int) {
 // live groups of t, with room for arenaCap bytes; s.mu is held.
 func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
-	nt := &table{slots: newSlots(n), arena: newArena(max(arenaCap, s.live))}
+	arenaCap = max(arenaCap, s.live)
+	nt := &table{slots: newSlots(n), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
 	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
 	for i := range t.slots {
 		v := t.slots[i].Load()
@@ -410,17 +399,17 @@ func (x *recordIndex) delete(ref string) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	x.marked(s, func() bool { return x.remove(s, ref) })
+	x.marked(s, func() { x.remove(s, ref) })
 	x.compact(s)
 }
 
 // marked runs fn with the index marked as changing (s.ver odd), and
 // unmarks it even if fn panics: left marked, it would hold every reader
 // that finds nothing forever. s.mu is held.
-func (x *recordIndex) marked(s *indexState, fn func() bool) bool {
+func (x *recordIndex) marked(s *indexState, fn func()) {
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	return fn()
+	fn()
 }
 
 // len returns the number of records.

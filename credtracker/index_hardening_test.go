@@ -68,7 +68,8 @@ func TestCoordinatesHashCollisionOnlySkipsRemembering(t *testing.T) {
 // TestHugeRangeAdvisesOnlyTheBufferInterior: the huge-page advice covers
 // whole 2 MiB pages inside the buffer (from its first byte to the end of
 // its capacity) and nothing else, whatever the buffer's size and
-// alignment; a refused advice is not counted.
+// alignment (sub-slices of a larger buffer, slot tables); a refused
+// advice is ignored.
 func TestHugeRangeAdvisesOnlyTheBufferInterior(t *testing.T) {
 	big := make([]byte, 0, 5*hugePageSize+12345)
 	for _, tc := range []struct {
@@ -110,10 +111,7 @@ func TestHugeRangeAdvisesOnlyTheBufferInterior(t *testing.T) {
 				got += len(r)
 			}
 			assert.Equal(t, wantN, got, "the whole aligned interior, once")
-
-			before := hugeAdvised.Load()
-			hugeRange(tc.b, func([]byte) error { return errors.New("refused") })
-			assert.Equal(t, before, hugeAdvised.Load())
+			hugeRange(tc.b, func([]byte) error { return errors.New("refused") }) // ignored
 		})
 	}
 }
@@ -147,7 +145,6 @@ func TestHugePagesKeepTheBuffersContents(t *testing.T) {
 			t.Fatalf("slot %d changed", i)
 		}
 	}
-	t.Logf("advised %d bytes in all", hugeAdvised.Load())
 }
 
 // TestIndexReadersDoNotWaitForARebuild: a rebuild (table growth,

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"k8s.io/component-base/metrics/legacyregistry"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
@@ -207,12 +206,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(criproxy.UnaryInterceptor(logger)),
-		grpc.ChainStreamInterceptor(criproxy.StreamInterceptor(logger)),
-		grpc.MaxRecvMsgSize(16<<20),
-	)
-	runtimeapi.RegisterImageServiceServer(gs, srv)
+	gs := criproxy.NewGRPCServer(srv, logger)
 
 	metricsSrv, err := o.serveMetrics(backend, logger)
 	if err != nil {

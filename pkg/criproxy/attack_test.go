@@ -89,10 +89,11 @@ func TestFailedPullNeverCarriesTheCredential(t *testing.T) {
 	}
 }
 
-// TestImageUserLookupOpensNoAnswerWindow follows a real kubelet: after
-// every pull, container creation asks ImageStatus of the container's image
-// again (getImageUser), with nothing that tells it from a presence check.
-// That "absent" answer must not open the answer window: an Always
+// TestImageUserLookupOpensNoAnswerWindow follows a real kubelet (v1.36):
+// after every successful pull the puller asks ImageStatus of the image
+// for its size (GetImageSize), and container creation asks it again
+// (getImageUser), with nothing that tells either from a presence check.
+// Those "absent" answers must not open the answer window: an Always
 // container restarted (crash-loop back-off, 10 s and up) with a recorded
 // credential still goes to the registry, so a moved tag is followed and a
 // revoked credential is refused, as the kubelet does for Always. A
@@ -122,6 +123,7 @@ func TestImageUserLookupOpensNoAnswerWindow(t *testing.T) {
 				_, err = h.pull(t, "a", image, "alice", "pw")
 			}
 			require.NoError(t, err)
+			require.False(t, h.present(t, image), "GetImageSize: hidden") // the puller, after the pull
 			require.False(t, h.present(t, image), "getImageUser: hidden") // container creation
 			h.clock.Step(10 * time.Second)                                // back-off before the restart
 

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	criapi "k8s.io/cri-api/pkg/apis"
@@ -321,8 +320,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 func (h *harness) serve(t testing.TB) func() {
 	lis, err := net.Listen("unix", h.socket)
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(criproxy.UnaryInterceptor(testLogger())), grpc.ChainStreamInterceptor(criproxy.StreamInterceptor(testLogger())))
-	runtimeapi.RegisterImageServiceServer(gs, h.server)
+	gs := criproxy.NewGRPCServer(h.server, testLogger())
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	return gs.Stop

@@ -33,6 +33,11 @@ type hiddenSet struct {
 	mu     sync.Mutex
 	at     map[string]hiddenEntry
 	window time.Duration
+	// keys memoizes hiddenKey (a name parse per call otherwise, the
+	// largest part of the proxy's own time in a forwarded ImageStatus);
+	// bounded by maxHidden, cleared when full. A pure function's results:
+	// what it holds never depends on who asked.
+	keys map[string]string
 }
 
 type hiddenEntry struct {
@@ -40,28 +45,58 @@ type hiddenEntry struct {
 	id     string
 	names  []string
 	pulled time.Time // last successful PullImage of the image
-	// lookups counts the successful pulls since pulled-userLookupAfter
-	// whose container creation has not asked the image's user yet.
+	// lookups counts the ImageStatus calls still expected from the
+	// kubelet after the successful pulls since pulled-userLookupAfter
+	// (lookupsPerPull each).
 	lookups int
 }
 
 // userLookupAfter is how long after a successful PullImage of an image
-// the kubelet's container creation may ask ImageStatus of it for the
-// image's user (getImageUser, right after every pull, with nothing that
-// tells it from a presence check). The first "absent" answer after each
-// such pull is taken for that lookup and opens no answer window.
-// Otherwise every container creation, an Always container's included,
-// would open the window, and a restarted Always container would be
-// answered from its record instead of asking the registry. Taking a
-// presence check of another pod for a lookup only costs that pod a
+// the kubelet may ask ImageStatus of it without it being a presence
+// check: right after every successful pull the puller asks the image's
+// size (GetImageSize), and container creation asks the image's user
+// (getImageUser), with nothing that tells either from a presence check
+// (k8s.io/kubernetes v1.36, pkg/kubelet/images and
+// pkg/kubelet/kuberuntime). The first lookupsPerPull "absent" answers
+// after each such pull are taken for those calls and open no answer
+// window. Otherwise every container creation, an Always container's
+// included, would open the window, and a restarted Always container would
+// be answered from its record instead of asking the registry. Taking a
+// presence check of another pod for one of them (a kubelet that asks
+// fewer, a container creation that fails first) only costs that pod a
 // forwarded pull (the registry decides), the safe side.
 const userLookupAfter = statusTTL
 
+// lookupsPerPull is how many ImageStatus calls of the image the kubelet
+// makes after a successful pull that are not presence checks:
+// GetImageSize and getImageUser.
+const lookupsPerPull = 2
+
 func newHiddenSet(window time.Duration) *hiddenSet {
-	return &hiddenSet{at: map[string]hiddenEntry{}, window: window}
+	return &hiddenSet{at: map[string]hiddenEntry{}, window: window, keys: map[string]string{}}
 }
 
-// key normalizes an image name, so that "alpine" and
+// maxMemoName bounds the names key memoizes (an image name is at most
+// a few hundred bytes; anything longer is normalized each time).
+const maxMemoName = 1024
+
+// key is hiddenKey(image), memoized; h.mu must be held.
+func (h *hiddenSet) key(image string) string {
+	if len(image) > maxMemoName {
+		return hiddenKey(image)
+	}
+	if k, ok := h.keys[image]; ok {
+		return k
+	}
+	k := hiddenKey(image)
+	if len(h.keys) >= maxHidden {
+		clear(h.keys) // forgetting costs one parse
+	}
+	h.keys[image] = k
+	return k
+}
+
+// hiddenKey normalizes an image name, so that "alpine" and
 // "docker.io/library/alpine:latest" are one image.
 func hiddenKey(image string) string {
 	if n, err := pgruntime.NormalizeImage(image); err == nil {
@@ -71,12 +106,12 @@ func hiddenKey(image string) string {
 }
 
 func (h *hiddenSet) mark(image string, now time.Time, id string, names []string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e, found := h.at[key]
 	if found && e.lookups > 0 && now.Sub(e.pulled) <= userLookupAfter {
-		// A container creation asking the image's user; see userLookupAfter.
+		// The kubelet asking the image's size or user; see userLookupAfter.
 		e.lookups--
 		h.at[key] = e
 		return
@@ -96,18 +131,18 @@ func (h *hiddenSet) mark(image string, now time.Time, id string, names []string)
 }
 
 // pulled notes a successful PullImage of image (answered or forwarded),
-// after which the kubelet asks the image's user; its cached status is
-// dropped (the pull may have moved the tag).
+// after which the kubelet asks the image's size and user; its cached
+// status is dropped (the pull may have moved the tag).
 func (h *hiddenSet) pulled(image string, now time.Time) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e := h.at[key]
 	if now.Sub(e.pulled) > userLookupAfter {
 		e.lookups = 0
 	}
 	e.id, e.names, e.pulled = "", nil, now
-	e.lookups++
+	e.lookups += lookupsPerPull
 	if len(h.at) >= maxHidden {
 		if _, ok := h.at[key]; !ok {
 			return // full: forgetting only costs a forwarded pull
@@ -120,9 +155,9 @@ func (h *hiddenSet) pulled(image string, now time.Time) {
 // returns the status behind that answer if it is younger than statusTTL
 // (id "" otherwise).
 func (h *hiddenSet) recent(image string, now time.Time) (ok bool, id string, names []string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	e, found := h.at[key]
 	if !found || now.Sub(e.at) > h.window {
 		return false, "", nil
@@ -136,9 +171,9 @@ func (h *hiddenSet) recent(image string, now time.Time) (ok bool, id string, nam
 // forget drops image's cached status (a pull or removal may change it),
 // keeping the mark that it was reported absent.
 func (h *hiddenSet) forget(image string) {
-	key := hiddenKey(image)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	key := h.key(image)
 	if e, ok := h.at[key]; ok {
 		e.id, e.names = "", nil
 		h.at[key] = e

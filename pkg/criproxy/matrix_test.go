@@ -239,6 +239,10 @@ func TestPullImageMatrix(t *testing.T) {
 				} else {
 					require.NoError(t, err, "step %d", i)
 					assert.Equal(t, id(7), ref, "step %d", i)
+					// The kubelet's puller asks the image's size after a
+					// successful pull (GetImageSize); container creation
+					// asks its user below.
+					assert.Equal(t, tc.gateOff, h.present(t, private), "GetImageSize, step %d", i)
 				}
 				assert.Equal(t, s.wantManifest, m1-m0, "manifest requests, step %d", i)
 				assert.Equal(t, s.wantBlobs, b1-b0, "blob requests, step %d", i)
@@ -275,6 +279,7 @@ func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
 	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
 	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
 	require.NoError(t, err)
+	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the puller asks the image's size")
 	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
 	before := h.fake.statusCalls()
@@ -302,6 +307,7 @@ func TestPodWithSeveralCredentials(t *testing.T) {
 	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
 	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
 	require.NoError(t, err)
+	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the puller asks the image's size")
 	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
 	require.False(t, h.present(t, reg+"/team-a/app:v1"))

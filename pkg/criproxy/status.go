@@ -45,13 +45,17 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	})
 	if d.Action == credtracker.UseImage {
 		countDecision("ImageStatus", "present", d.Reason)
-		s.logger.V(2).Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
+		if v := s.logger.V(2); v.Enabled() { // no arguments built when off
+			v.Info("Image is free to every pod", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
+		}
 		return resp, nil
 	}
 	if s.hidden != nil {
 		s.hidden.mark(spec.GetImage(), s.clock.Now(), img.GetId(), names)
 	}
 	countDecision("ImageStatus", "hidden", d.Reason)
-	s.logger.V(2).Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
+	if v := s.logger.V(2); v.Enabled() {
+		v.Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
+	}
 	return &runtimeapi.ImageStatusResponse{}, nil
 }

@@ -153,7 +153,8 @@ func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 	ref, err := e.pullAlways("team-a", pushed.Reference, basic("alice"))
 	require.NoError(t, err)
 	require.Equal(t, pushed.ConfigDigest, ref)
-	require.False(t, e.present(t, pushed.Reference), "tenant A's image needs its credential")
+	require.False(t, e.present(t, pushed.Reference), "tenant A's image needs its credential") // the puller's GetImageSize
+	require.False(t, e.present(t, pushed.Reference), "container creation's getImageUser")
 	return e
 }
 
@@ -330,6 +331,7 @@ func TestLegitimatePullIsVerified(t *testing.T) {
 		before := gets()
 		ref, err := e.pullAlways("team-c", image, basic("carol")) // forwarded
 		require.NoError(t, err, image)
+		require.False(t, e.present(t, image), "the puller asks the image's size")
 		require.False(t, e.present(t, image), "the container's creation asks the image's user")
 		assert.Equal(t, e.pushed.ConfigDigest, ref)
 		assert.Equal(t, before+1, gets(), "%s: pullguard GET the manifest once, with carol's credential", image)

@@ -1,0 +1,54 @@
+package criproxy
+
+import (
+	"runtime"
+
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/klog/v2"
+)
+
+// MaxRecvMsgSize bounds a request the proxy accepts (the CRI's requests
+// are small; a list of a big node's images is a response).
+const MaxRecvMsgSize = 16 << 20
+
+// recvWindow is the proxy's static HTTP/2 receive window, per stream and
+// per connection.
+const recvWindow = 1 << 20
+
+// NewGRPCServer returns the gRPC server `pullguard serve` runs, with srv
+// registered as its runtime.v1.ImageService: the interceptors that count
+// requests and turn a panic into Internal. The benchmarks build their
+// proxy with it too, so that they measure the server the daemon runs.
+//
+// Requests run on a few long-lived stream workers instead of a new
+// goroutine each: a new goroutine's stack grows (is copied) on every
+// request through the handler, the gRPC client call to the runtime and
+// protobuf, which was the largest single cost on the proxy's side of a
+// forwarded ImageStatus. When every worker is busy (pulls in flight, 64
+// pods at once), gRPC falls back to a new goroutine: nothing waits.
+func NewGRPCServer(srv runtimeapi.ImageServiceServer, logger klog.Logger) *grpc.Server {
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(UnaryInterceptor(logger)),
+		grpc.ChainStreamInterceptor(StreamInterceptor(logger)),
+		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
+		grpc.NumStreamWorkers(streamWorkers()),
+		// Static receive windows turn off gRPC's bandwidth-delay
+		// estimation, which sends a PING (and reads its ack) after nearly
+		// every request when requests are small, as the CRI's are: two
+		// more frames per call on a unix socket whose window never needs
+		// to grow. Requests are far below these windows; what the proxy
+		// sends (a big ListImages) is governed by the kubelet's windows.
+		grpc.StaticStreamWindowSize(recvWindow),
+		grpc.StaticConnWindowSize(recvWindow),
+	)
+	runtimeapi.RegisterImageServiceServer(gs, srv)
+	return gs
+}
+
+// streamWorkers is how many stream workers the server keeps: enough for
+// the kubelet's usual concurrency on a small node, a few idle goroutines
+// on a big one.
+func streamWorkers() uint32 {
+	return uint32(max(8, 2*runtime.GOMAXPROCS(0)))
+}
