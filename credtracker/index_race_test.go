@@ -377,3 +377,22 @@ func TestIndexReaderOvertakenByAReplaceDoesNotMiss(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexReaderOvertakenByADeleteDoesNotFindIt: the same paused reader,
+// overtaken by the record's deletion (a pruned image, say), finds
+// nothing: the deleted entry is not handed out once the delete is done.
+func TestIndexReaderOvertakenByADeleteDoesNotFindIt(t *testing.T) {
+	x, r, repo := pausedProbe(t)
+	calls := 0
+	found := x.probe(r.ImageRef, repo, false, func(tab *table, off int) bool {
+		if calls++; calls == 1 {
+			x.delete(r.ImageRef)
+		}
+		_, ok := entryIs(tab.arena, off, r.ImageRef, repo)
+		return ok
+	}) != nil
+	require.Positive(t, calls)
+	assert.False(t, found, "a record deleted before the reader reached it was found")
+	_, ok := x.loadRepository(r.ImageRef, repo)
+	assert.False(t, ok)
+}
