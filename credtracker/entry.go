@@ -9,7 +9,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
-// The in-memory form of a record, in a stripe's arena (see index.go). All
+// The in-memory form of a record, in the index's arena (see index.go). All
 // integers are little-endian; times are Unix nanoseconds, 0 for the zero
 // time (as on disk).
 //

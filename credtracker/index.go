@@ -38,6 +38,11 @@ import (
 type recordIndex struct {
 	seed maphash.Seed
 	s    indexState
+
+	// slowHook, when set (by this package's tests only), runs when a
+	// writer has done an O(n) step (a rebuild, an arena's copy) and not
+	// yet published it.
+	slowHook func()
 }
 
 const (
@@ -60,8 +65,10 @@ const (
 type indexState struct {
 	mu  sync.Mutex // serializes writers
 	tab atomic.Pointer[table]
-	// ver is odd while a writer changes the index and counts changes: a
-	// reader trusts "not found" only if ver was even and did not move.
+	// ver is odd while a writer changes the published slots and counts
+	// changes: a reader trusts "not found" only if ver was even and did
+	// not move. A rebuild or an arena's copy, which change no record and
+	// take O(n), leave it even: readers go on with the table they have.
 	ver atomic.Uint64
 	// Writer state, guarded by mu.
 	groups  int // live records
@@ -200,15 +207,16 @@ func (x *recordIndex) store(r *ImageRecord) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ver.Add(1)
-	defer s.ver.Add(1)
-	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
+	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
+	x.compact(s)
 }
 
-// put replaces r.ImageRef's record by r in s; s.mu is held. In bulk
-// (start-up, no reader yet) the table is extended in place instead of
-// being published anew.
-func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bulk bool) {
+// put replaces r.ImageRef's record by r in s; s.mu is held, s.ver even.
+// Only while it changes the published slots is the index marked as
+// changing (s.ver odd): the rebuild and the arena's copy before that
+// change no record, so readers, who wait while it is marked, go on
+// meanwhile. The caller compacts after it (compact).
+func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
@@ -226,12 +234,13 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int, bu
 	repos := repoNames(r, &one)
 	var offsBuf [4]int
 	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
-	if bulk && cap(arena) == cap(t.arena) {
-		t.arena = arena
-	} else {
-		t = &table{slots: t.slots, arena: arena}
-		s.tab.Store(t) // the group is readable before any slot points at it
+	if x.slowHook != nil && cap(arena) != cap(t.arena) {
+		x.slowHook()
 	}
+	t = &table{slots: t.slots, arena: arena}
+	s.tab.Store(t) // the group is readable before any slot points at it
+	s.ver.Add(1)
+	defer s.ver.Add(1)
 	// The old record, if any, is found while the new one's slot is placed
 	// (the same probe sequence), and stays readable until the new one is.
 	old := x.insertGroup(s, t, x.pairHash(hr, ""), offs[0], r.ImageRef)
@@ -306,8 +315,7 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 }
 
 // removeAt deletes the group at off in t (the current table), whose ref
-// hashes to hr, and compacts the index when garbage passes 1/garbageShare
-// of the live bytes; s.mu is held.
+// hashes to hr; s.mu is held and s.ver odd.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
 	x.tombstone(t, x.pairHash(hr, ""), off)
@@ -319,7 +327,14 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	s.entries -= 1 + g.repos()
 	s.live -= size
 	s.garbage += size
+}
+
+// compact rebuilds s's table without its garbage when garbage passes
+// 1/garbageShare of the live bytes; s.mu is held, and s.ver even: the
+// rebuild changes no record, so readers go on meanwhile.
+func (x *recordIndex) compact(s *indexState) {
 	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
+		t := s.tab.Load()
 		x.rebuild(s, t, len(t.slots), s.live)
 	}
 }
@@ -370,6 +385,9 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 		s.groups++
 		s.live += g.size()
 	}
+	if x.slowHook != nil {
+		x.slowHook()
+	}
 	s.tab.Store(nt)
 }
 
@@ -377,9 +395,17 @@ func (x *recordIndex) delete(ref string) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	x.marked(s, func() { x.remove(s, ref) })
+	x.compact(s)
+}
+
+// marked runs fn with the index marked as changing (s.ver odd), and
+// unmarks it even if fn panics: left marked, it would hold every reader
+// that finds nothing forever. s.mu is held.
+func (x *recordIndex) marked(s *indexState, fn func()) {
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	x.remove(s, ref)
+	fn()
 }
 
 // len returns the number of records.

@@ -134,10 +134,9 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.ver.Add(1)
-	defer s.ver.Add(1)
 	for _, r := range recs {
-		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r), false)
+		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
+		x.compact(s)
 	}
 }
 
