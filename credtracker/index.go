@@ -38,12 +38,20 @@ import (
 type recordIndex struct {
 	seed maphash.Seed
 	s    indexState
+	// full is set, for the life of the index, when a record could not be
+	// placed (maxArena): a missing record may then be one that was lost.
+	full atomic.Bool
 
 	// slowHook, when set (by this package's tests only), runs when a
 	// writer has done an O(n) step (a rebuild, an arena's copy) and not
 	// yet published it.
 	slowHook func()
 }
+
+// maxArena is the most bytes the arena may hold (live and garbage): a
+// slot stores offset+1 in 32 bits, and all ones marks a deleted slot. A
+// variable, so that tests can lower it.
+var maxArena = offTombstone - 1
 
 const (
 	slotEmpty = 0
@@ -219,6 +227,16 @@ func (x *recordIndex) store(r *ImageRecord) {
 func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
+	if s.live+s.garbage+size > maxArena {
+		// A slot holds a 32-bit offset: past maxArena bytes the record
+		// cannot be placed. Its previous version must not stay (it may
+		// grant what the new one no longer does): the ref is left with no
+		// record, and the index is marked full, so that every decision
+		// that finds no record fails closed (tracker.decide).
+		x.full.Store(true)
+		x.marked(s, func() { x.remove(s, r.ImageRef) })
+		return
+	}
 	if (s.used+need)*1024 > len(t.slots)*maxLoad {
 		// Live and deleted slots fill the table: rebuild it, twice as
 		// large if live slots alone fill half of it, else as it is (the

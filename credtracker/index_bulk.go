@@ -66,6 +66,9 @@ func repoNames(r *ImageRecord, one *[1]string) []string {
 	return one[:]
 }
 
+// errIndexFull: the records do not fit the index's 32-bit offsets.
+var errIndexFull = errors.New("the records do not fit in memory's index (4 GiB)")
+
 // errIndexNotEmpty: install fills an empty index only.
 var errIndexNotEmpty = errors.New("the record index is not empty")
 
@@ -88,6 +91,9 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	}
 	if groups == 0 {
 		return nil
+	}
+	if size > maxArena {
+		return errIndexFull
 	}
 	s.ver.Add(1)
 	defer s.ver.Add(1)

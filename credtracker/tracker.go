@@ -103,7 +103,7 @@ func (t *tracker) decide(req Request) Decision {
 		switch {
 		case rec && g.unknownOrigin():
 			return deny(req, ReasonUnknownOrigin)
-		case t.degraded.Load():
+		case t.degraded.Load() || t.images.full.Load():
 			return deny(req, ReasonRecordsUnreadable)
 		case inFlight:
 			return deny(req, ReasonPullInFlight)
@@ -418,7 +418,7 @@ func (t *tracker) Status() Status {
 	defer t.writeMu.Unlock()
 	s := t.status
 	s.Records = int(t.count.Load())
-	s.Degraded = t.degraded.Load()
+	s.Degraded = t.degraded.Load() || t.images.full.Load()
 	return s
 }
 
