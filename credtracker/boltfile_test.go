@@ -116,7 +116,10 @@ func FuzzStoreFile(f *testing.F) {
 			return
 		}
 		if _, err := sl.verify(bf, 2); err == nil {
-			_, _ = decodeContents(bf, 2)
+			_, _ = decodeContents(bf, 2, nil)
+			if c, err := decodeContents(bf, 2, newRecordIndex()); err == nil {
+				require.NoError(t, newRecordIndex().install(c.prepared))
+			}
 		}
 		path := filepath.Join(t.TempDir(), StoreFile)
 		require.NoError(t, os.WriteFile(path, data, 0o600))

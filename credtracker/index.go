@@ -2,142 +2,458 @@ package credtracker
 
 import (
 	"hash/maphash"
+	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
-// recordIndex maps an image ref to its immutable *ImageRecord. It is split
-// into shards, each a plain map under its own RWMutex, padded to its own
-// cache lines: a read takes one shard's read lock (readers never wait for
-// each other, and rarely share a cache line), a write holds one shard's
-// lock for a map assignment only, never across I/O. At 100 000 records a
-// lookup costs two or three cache misses, where sync.Map's hash trie costs
-// about six.
+// recordIndex is the tracker's in-memory record set, laid out for the
+// decision: a uniform random decision among 100 000 records costs the
+// memory misses it takes, so it takes as few as it can.
+//
+// Records live in one open-addressing table (linear probing) and one byte
+// arena (arena.go). A slot is
+// one uint64: 32 bits of the keyed hash (maphash, a random seed per
+// process) of (image ref, repository) as a tag, 32 bits of arena offset.
+// The arena holds each record as one contiguous group (see entry.go): the
+// image's header and ref, then one entry per repository with its secrets'
+// hashes and verification times inline, its repository name, then the
+// coordinates of its secrets and service accounts. A decision is one slot
+// read and one read of a few adjacent arena lines, whose addresses are all
+// known from the slot: no pointer chasing, no per-request string.
+//
+// Readers take no lock. Arena bytes are never changed once written: a
+// writer appends a new group, publishes the table (an immutable
+// header: slots, arena, size) with an atomic pointer, then points the slots
+// at it with atomic stores; the old group becomes garbage. A reader loads
+// the table, then a slot; an offset past its table's arena means a newer
+// table exists, and the reader loads it again. When garbage passes a
+// sixteenth of the live bytes or the slots fill, the writer builds a new
+// table and arena and swaps it in: amortized O(1), independent of the
+// record count.
+//
+// Writers are serialized (by the tracker's write lock, and by the index's
+// own), so a single table costs nothing in write concurrency. (An earlier
+// version split the index into 64 stripes, for no measurable gain.)
 type recordIndex struct {
-	seed   maphash.Seed
-	shards [indexShards]indexShard
+	seed maphash.Seed
+	s    indexState
+	// full is set, for the life of the index, when a record could not be
+	// placed (maxArena): a missing record may then be one that was lost.
+	full atomic.Bool
+
+	// slowHook, when set (by this package's tests only), runs when a
+	// writer has done an O(n) step (a rebuild, an arena's copy) and not
+	// yet published it.
+	slowHook func()
 }
 
-const indexShards = 64
+// maxArena is the most bytes the arena may hold (live and garbage): a
+// slot stores offset+1 in 32 bits, and all ones marks a deleted slot. A
+// variable, so that tests can lower it.
+var maxArena = offTombstone - 1
 
-type indexShard struct {
-	mu sync.RWMutex
-	m  map[string]*ImageRecord
-	// repos is derived from m: the entry of every (image ref, repository)
-	// pair, so the decision reaches it with one lookup instead of two.
-	repos map[refRepo]*RepositoryRecord
-	_     [64]byte // keep neighbouring shards' locks off this cache line
+const (
+	slotEmpty = 0
+	// A deleted slot keeps probe chains intact; its offset field is all ones.
+	offTombstone = 1<<32 - 1
+	// maxLoad is the fraction of slots (live and deleted) in use that
+	// triggers a rebuild, in 1/1024.
+	maxLoad = 768
+	// The arena holds at most 1/garbageShare of its live bytes as garbage
+	// (replaced and deleted groups) before it is compacted, and a rebuilt
+	// arena has twice that room (so that garbage triggers a compaction
+	// before it makes the arena grow): the arena stays within 1/8 of the
+	// live records' size, for a compaction every live/garbageShare bytes
+	// written (amortized O(1) per write).
+	garbageShare = 16
+)
+
+// indexState is the published table and the writers' bookkeeping.
+type indexState struct {
+	mu  sync.Mutex // serializes writers
+	tab atomic.Pointer[table]
+	// ver is odd while a writer changes the published slots and counts
+	// changes: a reader trusts "not found" only if ver was even and did
+	// not move. A rebuild or an arena's copy, which change no record and
+	// take O(n), leave it even: readers go on with the table they have.
+	ver atomic.Uint64
+	// Writer state, guarded by mu.
+	groups  int // live records
+	entries int // live slots
+	used    int // live and deleted slots
+	live    int // arena bytes of live groups
+	garbage int // arena bytes of replaced or deleted groups
 }
 
-type refRepo struct{ ref, repo string }
+// table is one published state of the index. Its fields never change; the
+// slots' values do, atomically.
+type table struct {
+	slots []atomic.Uint64
+	arena []byte
+}
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
-	for i := range x.shards {
-		x.shards[i].m = map[string]*ImageRecord{}
-		x.shards[i].repos = map[refRepo]*RepositoryRecord{}
-	}
+	x.s.tab.Store(&table{slots: newSlots(8)})
 	return x
 }
 
-// shard picks ref's shard. Image refs are nearly always digests, whose
-// last characters are uniformly distributed hex: two of them pick the
-// shard without hashing all 71 bytes. Anything shorter is hashed.
-func (x *recordIndex) shard(ref string) *indexShard {
-	if n := len(ref); n >= 16 {
-		return &x.shards[(uint(ref[n-1])*31+uint(ref[n-2]))%indexShards]
-	}
-	return &x.shards[maphash.String(x.seed, ref)%indexShards]
+// pairHash mixes the ref's hash with the repository's ("" for the
+// record's own slot) into the slot's hash.
+func (x *recordIndex) pairHash(hr uint64, repo string) uint64 {
+	return mix(hr, maphash.String(x.seed, repo))
 }
 
+func (x *recordIndex) pairHashBytes(hr uint64, repo []byte) uint64 {
+	return mix(hr, maphash.Bytes(x.seed, repo))
+}
+
+func mix(hr, hrepo uint64) uint64 {
+	h := hr ^ hrepo*0x9e3779b97f4a7c15
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	return h
+}
+
+// home is the first slot of h's probe sequence in n slots.
+func home(h uint64, n int) int { return int((uint64(uint32(h)) * uint64(n)) >> 32) }
+
+func slotValue(h uint64, off int) uint64 { return h&^(1<<32-1) | uint64(off+1) }
+
+// probe calls match with the offset of each live slot of (ref, repo)'s
+// probe sequence whose tag is right, in the newest table, until match
+// returns true; it returns that table (nil if none matched).
+func (x *recordIndex) probe(ref, repo string, writer bool, match func(t *table, off int) bool) *table {
+	hr := maphash.String(x.seed, ref)
+	s := &x.s
+	hp := x.pairHash(hr, repo)
+	tag := hp >> 32
+	for {
+		ver := s.ver.Load()
+		t := s.tab.Load()
+		n := len(t.slots)
+		i := home(hp, n)
+		retry := false
+		for {
+			v := t.slots[i].Load()
+			if v == slotEmpty {
+				break
+			}
+			if v>>32 == tag && uint32(v) != offTombstone {
+				off := int(uint32(v)) - 1
+				if off >= len(t.arena) {
+					retry = true // written after t was published
+					break
+				}
+				if match(t, off) {
+					return t
+				}
+			}
+			if i++; i == n {
+				i = 0
+			}
+		}
+		// A found entry is always valid (its bytes never change); a miss
+		// is trusted only if no writer touched the index meanwhile: a
+		// replaced record's new slot may be behind the reader and its old
+		// one deleted ahead of it.
+		if !retry && (writer || ver&1 == 0 && s.ver.Load() == ver) {
+			return nil // (a writer holds s.mu: nothing moves)
+		}
+		runtime.Gosched()
+	}
+}
+
+// find returns the arena offset of ref's group and its table, or -1. A
+// writer (holding the index's lock) says so.
+func (x *recordIndex) find(ref string, writer bool) (*table, int) {
+	found := -1
+	t := x.probe(ref, "", writer, func(t *table, off int) bool {
+		if groupIs(t.arena, off, ref) {
+			found = off
+			return true
+		}
+		return false
+	})
+	return t, found
+}
+
+// loadRepository returns the entry for repo in ref's record.
+func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
+	if repo == "" {
+		return repoView{}, false
+	}
+	x.probe(ref, repo, false, func(t *table, off int) bool {
+		v, ok = entryIs(t.arena, off, ref, repo)
+		return ok
+	})
+	return v, ok
+}
+
+// loadGroup returns ref's record header.
+func (x *recordIndex) loadGroup(ref string) (groupView, bool) {
+	t, off := x.find(ref, false)
+	if off < 0 {
+		return groupView{}, false
+	}
+	return groupView{b: t.arena[off:]}, true
+}
+
+// load returns a copy of ref's record, or nil.
 func (x *recordIndex) load(ref string) *ImageRecord {
-	s := x.shard(ref)
-	s.mu.RLock()
-	r := s.m[ref]
-	s.mu.RUnlock()
-	return r
-}
-
-// storeAll adds records in bulk at start-up, sizing the shards' maps
-// once. It must not run concurrently with other uses of the index.
-func (x *recordIndex) storeAll(recs []*ImageRecord) {
-	per := len(recs)/indexShards + len(recs)/(4*indexShards) + 1
-	for i := range x.shards {
-		s := &x.shards[i]
-		if len(s.m) == 0 {
-			s.m = make(map[string]*ImageRecord, per)
-			s.repos = make(map[refRepo]*RepositoryRecord, per)
-		}
+	g, ok := x.loadGroup(ref)
+	if !ok {
+		return nil
 	}
-	for _, r := range recs {
-		s := x.shard(r.ImageRef)
-		s.dropRepos(s.m[r.ImageRef])
-		s.m[r.ImageRef] = r
-		for repo, rr := range r.Repositories {
-			s.repos[refRepo{r.ImageRef, repo}] = rr
-		}
-	}
+	return g.record()
 }
 
-// loadRepository returns the entry for repo in ref's record, or nil.
-func (x *recordIndex) loadRepository(ref, repo string) *RepositoryRecord {
-	s := x.shard(ref)
-	s.mu.RLock()
-	rr := s.repos[refRepo{ref, repo}]
-	s.mu.RUnlock()
-	return rr
-}
-
+// store replaces ref's record by r.
 func (x *recordIndex) store(r *ImageRecord) {
-	s := x.shard(r.ImageRef)
+	s := &x.s
 	s.mu.Lock()
-	s.dropRepos(s.m[r.ImageRef])
-	s.m[r.ImageRef] = r
-	for repo, rr := range r.Repositories {
-		s.repos[refRepo{r.ImageRef, repo}] = rr
+	defer s.mu.Unlock()
+	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
+	x.compact(s)
+}
+
+// put replaces r.ImageRef's record by r in s; s.mu is held, s.ver even.
+// Only while it changes the published slots is the index marked as
+// changing (s.ver odd): the rebuild and the arena's copy before that
+// change no record, so readers, who wait while it is marked, go on
+// meanwhile. The caller compacts after it (compact).
+func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
+	need := 1 + len(r.Repositories)
+	t := s.tab.Load()
+	if s.live+s.garbage+size > maxArena {
+		// A slot holds a 32-bit offset: past maxArena bytes the record
+		// cannot be placed. Its previous version must not stay (it may
+		// grant what the new one no longer does): the ref is left with no
+		// record, and the index is marked full, so that every decision
+		// that finds no record fails closed (tracker.decide).
+		x.full.Store(true)
+		x.marked(s, func() { x.remove(s, r.ImageRef) })
+		return
 	}
-	s.mu.Unlock()
+	if (s.used+need)*1024 > len(t.slots)*maxLoad {
+		// Live and deleted slots fill the table: rebuild it, twice as
+		// large if live slots alone fill half of it, else as it is (the
+		// deleted slots are dropped).
+		n := len(t.slots)
+		if (s.entries+need)*2048 > n*maxLoad {
+			n = (s.entries+need)*2 + 8
+		}
+		x.rebuild(s, t, n, s.live+size)
+		t = s.tab.Load()
+	}
+	var one [1]string
+	repos := repoNames(r, &one)
+	var offsBuf [4]int
+	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
+	if x.slowHook != nil && cap(arena) != cap(t.arena) {
+		x.slowHook()
+	}
+	t = &table{slots: t.slots, arena: arena}
+	s.tab.Store(t) // the group is readable before any slot points at it
+	s.ver.Add(1)
+	defer s.ver.Add(1)
+	// The old record, if any, is found while the new one's slot is placed
+	// (the same probe sequence), and stays readable until the new one is.
+	old := x.insertGroup(s, t, x.pairHash(hr, ""), offs[0], r.ImageRef)
+	for i, repo := range repos {
+		x.insert(s, t, x.pairHash(hr, repo), offs[i+1])
+	}
+	s.groups++
+	s.live += size
+	if old >= 0 {
+		x.removeAt(s, t, old, hr)
+	}
+}
+
+// insertGroup points a free slot of h's probe sequence (h is the hash of
+// (ref, "")) at the group at off, and returns the offset of ref's previous
+// group, or -1.
+func (x *recordIndex) insertGroup(s *indexState, t *table, h uint64, off int, ref string) (old int) {
+	n := len(t.slots)
+	old, free := -1, -1
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == slotEmpty {
+			if free < 0 {
+				free = i
+				s.used++
+			}
+			break
+		}
+		if uint32(v) == offTombstone {
+			if free < 0 {
+				free = i
+			}
+		} else if o := int(uint32(v)) - 1; v>>32 == h>>32 && o != off && groupIs(t.arena, o, ref) {
+			old = o
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+	s.entries++
+	t.slots[free].Store(slotValue(h, off))
+	return old
+}
+
+// insert points a free slot of h's probe sequence at off.
+func (x *recordIndex) insert(s *indexState, t *table, h uint64, off int) {
+	n := len(t.slots)
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			if v == slotEmpty {
+				s.used++
+			}
+			s.entries++
+			t.slots[i].Store(slotValue(h, off))
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// remove deletes ref's record from s, if any; s.mu is held.
+func (x *recordIndex) remove(s *indexState, ref string) bool {
+	t, off := x.find(ref, true)
+	if off < 0 {
+		return false
+	}
+	x.removeAt(s, t, off, maphash.String(x.seed, ref))
+	return true
+}
+
+// removeAt deletes the group at off in t (the current table), whose ref
+// hashes to hr; s.mu is held and s.ver odd.
+func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
+	g := groupView{b: t.arena[off:]}
+	x.tombstone(t, x.pairHash(hr, ""), off)
+	for it := g.entries(); it.next(); {
+		x.tombstone(t, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
+	}
+	size := g.size()
+	s.groups--
+	s.entries -= 1 + g.repos()
+	s.live -= size
+	s.garbage += size
+}
+
+// compact rebuilds s's table without its garbage when garbage passes
+// 1/garbageShare of the live bytes; s.mu is held, and s.ver even: the
+// rebuild changes no record, so readers go on meanwhile.
+func (x *recordIndex) compact(s *indexState) {
+	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
+		t := s.tab.Load()
+		x.rebuild(s, t, len(t.slots), s.live)
+	}
+}
+
+// tombstone marks the slot pointing at off deleted.
+func (x *recordIndex) tombstone(t *table, h uint64, off int) {
+	n := len(t.slots)
+	want := slotValue(h, off)
+	for i := home(h, n); ; {
+		v := t.slots[i].Load()
+		if v == want {
+			t.slots[i].Store(h&^(1<<32-1) | offTombstone)
+			return
+		}
+		if v == slotEmpty {
+			return
+		}
+		if i++; i == n {
+			i = 0
+		}
+	}
+}
+
+// rebuild replaces s's table by one of n slots whose arena holds only the
+// live groups of t, with room for arenaCap bytes; s.mu is held.
+func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
+	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
+	arenaCap = max(arenaCap, s.live)
+	nt := &table{slots: newSlots(n), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
+	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
+	for i := range t.slots {
+		v := t.slots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			continue
+		}
+		off := int(uint32(v)) - 1
+		if off >= len(t.arena) || t.arena[off] != kindGroup {
+			continue
+		}
+		g := groupView{b: t.arena[off:]}
+		base := len(nt.arena)
+		nt.arena = append(nt.arena, g.b[:g.size()]...)
+		hr := g.refHash(x.seed)
+		x.insert(s, nt, x.pairHash(hr, ""), base)
+		for it := g.entries(); it.next(); {
+			x.insert(s, nt, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
+		}
+		s.groups++
+		s.live += g.size()
+	}
+	if x.slowHook != nil {
+		x.slowHook()
+	}
+	s.tab.Store(nt)
 }
 
 func (x *recordIndex) delete(ref string) {
-	s := x.shard(ref)
+	s := &x.s
 	s.mu.Lock()
-	s.dropRepos(s.m[ref])
-	delete(s.m, ref)
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	x.marked(s, func() { x.remove(s, ref) })
+	x.compact(s)
 }
 
-func (s *indexShard) dropRepos(old *ImageRecord) {
-	if old == nil {
-		return
-	}
-	for repo := range old.Repositories {
-		delete(s.repos, refRepo{old.ImageRef, repo})
-	}
+// marked runs fn with the index marked as changing (s.ver odd), and
+// unmarks it even if fn panics: left marked, it would hold every reader
+// that finds nothing forever. s.mu is held.
+func (x *recordIndex) marked(s *indexState, fn func()) {
+	s.ver.Add(1)
+	defer s.ver.Add(1)
+	fn()
 }
 
 // len returns the number of records.
 func (x *recordIndex) len() int {
-	n := 0
-	for i := range x.shards {
-		s := &x.shards[i]
-		s.mu.RLock()
-		n += len(s.m)
-		s.mu.RUnlock()
-	}
-	return n
+	s := &x.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.groups
 }
 
-// all returns every record. Records are immutable, so the caller may read
-// them without a lock.
+// each calls fn for every record's header. The views
+// stay valid after the call. A record replaced during the walk may be
+// missed or seen twice: callers hold the tracker's write lock.
+func (x *recordIndex) each(fn func(groupView)) {
+	t := x.s.tab.Load()
+	for j := range t.slots {
+		v := t.slots[j].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			continue
+		}
+		off := int(uint32(v)) - 1
+		if off < len(t.arena) && t.arena[off] == kindGroup {
+			fn(groupView{b: t.arena[off:]})
+		}
+	}
+}
+
+// all returns a copy of every record.
 func (x *recordIndex) all() []*ImageRecord {
 	var out []*ImageRecord
-	for i := range x.shards {
-		s := &x.shards[i]
-		s.mu.RLock()
-		for _, r := range s.m {
-			out = append(out, r)
-		}
-		s.mu.RUnlock()
-	}
+	x.each(func(g groupView) { out = append(out, g.record()) })
 	return out
 }

@@ -67,7 +67,7 @@ func inspectStore(dir string) (c contents, found bool, err error) {
 		return contents{}, true, err
 	}
 	defer gen.close()
-	s, err := openStore(path, sl, gen, true)
+	s, err := openStore(path, sl, gen, true, nil)
 	if err != nil {
 		return contents{}, true, err
 	}

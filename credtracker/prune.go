@@ -13,11 +13,15 @@ func (t *tracker) PruneImages(present []Image, listedAt time.Time) (int, error) 
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	var del []string
-	for _, r := range t.images.all() {
-		if _, ok := keep[r.ImageRef]; !ok && r.Updated.Before(listedAt) {
-			del = append(del, r.ImageRef)
+	listed := unixNano(listedAt)
+	t.images.each(func(g groupView) {
+		if g.updated() >= listed {
+			return
 		}
-	}
+		if ref := g.refString(); !keepRef(keep, ref) {
+			del = append(del, ref)
+		}
+	})
 	if len(del) == 0 {
 		return 0, nil
 	}
@@ -72,4 +76,9 @@ func (t *tracker) forget(what string, dropSecret func(SecretEntry) bool, dropSA 
 	}
 	t.logger.V(2).Info("Forgot credential entries", "of", what, "records", len(changed))
 	return nil
+}
+
+func keepRef(keep map[string]struct{}, ref string) bool {
+	_, ok := keep[ref]
+	return ok
 }

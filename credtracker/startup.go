@@ -118,8 +118,8 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 		gen.close()
 		return nil, err
 	}
-	if created && len(c.records) > 0 {
-		t.logger.Info("Credential hash key was created; every recorded credential will be verified with its registry once more", "records", len(c.records))
+	if n := c.numRecords(); created && n > 0 {
+		t.logger.Info("Credential hash key was created; every recorded credential will be verified with its registry once more", "records", n)
 	}
 	if err := t.adopt(ctx, c, inv); err != nil {
 		t.store.close()
@@ -153,7 +153,7 @@ func (t *tracker) openOrRecover(ctx context.Context, path string, sl *sealer, ge
 // open opens the store and reads it; a store that fails any integrity
 // check is an error wrapping errStoreCorrupt.
 func (t *tracker) open(path string, sl *sealer, gen *genFile) (contents, error) {
-	s, err := openStore(path, sl, gen, false)
+	s, err := openStore(path, sl, gen, false, t.images)
 	if err != nil {
 		return contents{}, err
 	}
@@ -211,7 +211,7 @@ func (t *tracker) recover(path string, sl *sealer, gen *genFile, cause error) (c
 	if err := createStore(path, sl, gen, &st, false); err != nil {
 		return contents{}, fmt.Errorf("failed to put a new record store in place: %w", err)
 	}
-	s, err := openStore(path, sl, gen, false)
+	s, err := openStore(path, sl, gen, false, t.images)
 	if err != nil {
 		return contents{}, fmt.Errorf("failed to open the new record store: %w", err)
 	}
@@ -232,7 +232,13 @@ func syncDir(dir string) error {
 // leftover intents and completes a pending seed.
 func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) error {
 	now := t.clock.Now()
-	t.images.storeAll(c.records)
+	if c.prepared != nil {
+		if err := t.images.install(c.prepared); err != nil {
+			return fmt.Errorf("failed to load the records: %w", err)
+		}
+	} else {
+		t.images.storeAll(c.records)
+	}
 	t.status.RecoveredAt, t.status.RecoveryReason, t.status.AsidePath = c.status.RecoveredAt, c.status.RecoveryReason, c.status.AsidePath
 
 	for ref, cause := range c.unreadable {

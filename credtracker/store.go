@@ -71,13 +71,14 @@ type store struct {
 // openStore reads and verifies the store at path against the generation
 // file, then (unless readOnly) opens it with bbolt for writing. An error
 // wrapping errStoreCorrupt means the file is not the store this node last
-// wrote; fs.ErrNotExist that there is no file.
-func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, err error) {
+// wrote; fs.ErrNotExist that there is no file. With idx, the records are
+// prepared for idx as they are decoded (see decodeContents).
+func openStore(path string, sl *sealer, gen *genFile, readOnly bool, idx *recordIndex) (s *store, err error) {
 	data, err := readStoreFile(path)
 	if err != nil {
 		return nil, err
 	}
-	c, st, txid, err := verifyStore(data, path, sl, gen)
+	c, st, txid, err := verifyStore(data, path, sl, gen, idx)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +125,7 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool) (s *store, 
 // verifyStore checks data, the bytes of the store file at path: its
 // structure, its seal, its generation against the generation file's; and
 // decodes it. It returns the contents, the seal and bbolt's transaction id.
-func verifyStore(data []byte, path string, sl *sealer, gen *genFile) (contents, seal, uint64, error) {
+func verifyStore(data []byte, path string, sl *sealer, gen *genFile, idx *recordIndex) (contents, seal, uint64, error) {
 	f, err := parseBoltFile(data)
 	if err != nil {
 		return contents{}, seal{}, 0, corrupt(checkStructure, path, err)
@@ -144,7 +145,7 @@ func verifyStore(data []byte, path string, sl *sealer, gen *genFile) (contents, 
 	case st.gen < gen.gen:
 		return contents{}, seal{}, 0, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
 	}
-	c, err := decodeContents(f, workers)
+	c, err := decodeContents(f, workers, idx)
 	if err != nil {
 		return contents{}, seal{}, 0, corrupt(checkDecode, path, err)
 	}
@@ -233,13 +234,26 @@ func (s *store) close() error {
 
 // contents is everything read from the store at start-up.
 type contents struct {
+	// records are the readable records, or, when the store was opened for
+	// an index, prepared holds them already encoded for it (see
+	// decodeContents).
 	records    []*ImageRecord
+	prepared   []bulkPart
 	unreadable map[string]error // image ref -> why its record was not trusted
 	intents    map[string]bool  // normalized image -> true
 	// intentSince is when each intent's pull started, where its value
 	// says (for `pullguard records`; the decision never reads it).
 	intentSince map[string]time.Time
 	status      storeStatus
+}
+
+// numRecords is the number of readable records.
+func (c *contents) numRecords() int {
+	n := len(c.records)
+	for i := range c.prepared {
+		n += c.prepared[i].groups
+	}
+	return n
 }
 
 // load returns what openStore read.
@@ -366,31 +380,51 @@ func (s *store) putStatus(st storeStatus) error {
 // decodeContents decodes every object of a verified store, on every core:
 // start-up time is decoding time. A record that does not decode is
 // returned in unreadable, not failed on.
-func decodeContents(f *boltFile, workers int) (contents, error) {
+//
+// With an index (the tracker's start-up), each worker encodes the records
+// it decodes into the index's compact form at once (contents.prepared),
+// and drops them: the heap then never holds 100 000 decoded records at
+// the same time, and the garbage collector has almost nothing to mark
+// while the store loads. Without one (inspection), it returns the records.
+func decodeContents(f *boltFile, workers int, idx *recordIndex) (contents, error) {
 	c := contents{unreadable: map[string]error{}, intents: map[string]bool{}}
 	raw := f.buckets[string(bucketPulled)]
-	recs := make([]*ImageRecord, len(raw))
+	var recs []*ImageRecord
+	if idx == nil {
+		recs = make([]*ImageRecord, len(raw))
+	}
 	errs := make([]error, len(raw))
 	workers = max(1, min(workers, 1+len(raw)/1024))
+	parts := make([]bulkPart, workers)
 	done := make(chan struct{}, workers)
 	for w := range workers {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for i := w; i < len(raw); i += workers {
-				recs[i], errs[i] = decodeRecord(string(raw[i].key), raw[i].value)
+				r, err := decodeRecord(string(raw[i].key), raw[i].value)
+				switch {
+				case err != nil:
+					errs[i] = err
+				case idx != nil:
+					idx.prepare(&parts[w], r)
+				default:
+					recs[i] = r
+				}
 			}
 		}()
 	}
 	for range workers {
 		<-done
 	}
-	c.records = recs[:0]
-	for i, r := range recs {
-		if errs[i] != nil {
-			c.unreadable[string(raw[i].key)] = errs[i]
-			continue
+	if idx != nil {
+		c.prepared = parts
+	}
+	for i, err := range errs {
+		if err != nil {
+			c.unreadable[string(raw[i].key)] = err
+		} else if idx == nil {
+			c.records = append(c.records, recs[i])
 		}
-		c.records = append(c.records, r)
 	}
 	for _, e := range f.buckets[string(bucketIntents)] {
 		// The key names the image even when the value is unreadable,

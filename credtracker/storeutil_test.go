@@ -23,7 +23,7 @@ func newBenchStore(dir string, h *credential.Hasher) (*store, error) {
 		gen.close()
 		return nil, err
 	}
-	s, err := openStore(path, sl, gen, false)
+	s, err := openStore(path, sl, gen, false, nil)
 	if err != nil {
 		gen.close()
 		return nil, err
@@ -46,5 +46,18 @@ func openBoltForBench(dir string) (*store, error) {
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// threadCPU is the CPU time the calling OS thread has used; callers lock
+// their goroutine to its thread. On a shared machine it is steadier than
+// wall time: time spent waiting for a core does not count, time stalled
+// on memory does.
+func threadCPU() time.Duration {
+	var ru syscall.Rusage
+	const rusageThread = 1 // RUSAGE_THREAD
+	if err := syscall.Getrusage(rusageThread, &ru); err != nil {
+		return 0
+	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -275,7 +275,7 @@ func TestStoreSweepChild(t *testing.T) {
 		// The time of a start's checks and of bbolt's open; not of the
 		// test's own file writes.
 		start := time.Now()
-		got, _, _, err := verifyStore(data, StoreFile, sl, g)
+		got, _, _, err := verifyStore(data, StoreFile, sl, g, nil)
 		took := time.Since(start)
 		if err == nil {
 			if accepted++; accepted%openStride == 0 {
@@ -332,7 +332,7 @@ func sweepTryOpen(dir string, sl *sealer) (*contents, time.Duration, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	s, err := openStore(filepath.Join(dir, StoreFile), sl, gen, false)
+	s, err := openStore(filepath.Join(dir, StoreFile), sl, gen, false, nil)
 	took := time.Since(start)
 	if err != nil {
 		gen.close()

@@ -46,6 +46,10 @@ type tracker struct {
 
 	status Status // guarded by writeMu after start-up
 
+	// missHook, when set (by this package's tests only), runs in Decide
+	// right after a look-up that found no record under the pod's name.
+	missHook func()
+
 	// writeFault, when set (by this package's tests only), fails the
 	// durable writes it returns an error for, before they reach the store.
 	writeFault func(op string) error
@@ -78,24 +82,37 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
-	rr := t.images.loadRepository(req.ImageRef, repo)
-	if rr == nil {
-		// The node has no record of pulling this image under this name.
-		rec := t.images.load(req.ImageRef)
+	rv, ok := t.images.loadRepository(req.ImageRef, repo)
+	if !ok {
+		if t.missHook != nil {
+			t.missHook()
+		}
+		// The node had no record of pulling this image under this name
+		// when it looked. A pull may have ended since: a writer stores its
+		// record before it leaves the in-flight counts, so the counts are
+		// read first, and the records again after them. Whatever was in
+		// flight then has either ended (and is in the records read now)
+		// or is counted.
 		named := namedBy(repo, req.Names)
+		inFlight := t.pullInFlight(repo)
+		anyInFlight := !named && t.anyPullInFlight()
+		if rv, ok = t.images.loadRepository(req.ImageRef, repo); ok {
+			return t.match(req, repo, rv)
+		}
+		g, rec := t.images.loadGroup(req.ImageRef)
 		switch {
-		case rec != nil && rec.UnknownOrigin != "":
+		case rec && g.unknownOrigin():
 			return deny(req, ReasonUnknownOrigin)
-		case t.degraded.Load():
+		case t.degraded.Load() || t.images.full.Load():
 			return deny(req, ReasonRecordsUnreadable)
-		case t.pullInFlight(repo):
+		case inFlight:
 			return deny(req, ReasonPullInFlight)
-		case !named && t.anyPullInFlight():
+		case anyInFlight:
 			// The pod reaches the image by something that is not one of
 			// its names (an image ID), and the node is pulling: the image
 			// may be the one being pulled, not yet recorded.
 			return deny(req, ReasonPullInFlight)
-		case rec != nil && !named:
+		case rec && !named:
 			// The node pulled this image under other names, and the pod
 			// reaches it by something that is not one of its names (an
 			// image ID, say): it is not preloaded under this name.
@@ -116,29 +133,30 @@ func (t *tracker) decide(req Request) Decision {
 			return Decision{Action: UseImage, Reason: ReasonPreloaded}
 		}
 	}
-	return t.match(req, repo, rr)
+	return t.match(req, repo, rv)
 }
 
 // match applies rule 4: may the pod use an image the node pulled under
 // this name, with what it can show? The pod's credentials are asked for
 // only when the entry lists a secret or a service account to match.
-func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision {
-	var now time.Time
+func (t *tracker) match(req Request, repo string, rv repoView) Decision {
+	var oldest int64 // the oldest verification time still fresh
 	if t.maxAge > 0 {
-		now = t.clock.Now()
+		oldest = t.clock.Now().UnixNano() - int64(t.maxAge)
 	}
 	expired := false
-	fresh := func(verified time.Time) bool {
-		if t.maxAge <= 0 || now.Sub(verified) <= t.maxAge {
+	fresh := func(verified int64) bool {
+		if t.maxAge <= 0 || (verified != 0 && verified >= oldest) {
 			return true
 		}
 		expired = true
 		return false
 	}
-	if rr.NodeAccessible && fresh(rr.Updated) {
+	if rv.nodeAccessible() && fresh(rv.updated()) {
 		return Decision{Action: UseImage, Reason: ReasonNodeAccessible}
 	}
-	if req.Credentials == nil || (len(rr.Secrets) == 0 && len(rr.ServiceAccounts) == 0) {
+	nSecrets := rv.secrets()
+	if req.Credentials == nil || (nSecrets == 0 && rv.serviceAccounts() == 0) {
 		return deny(req, noMatch(expired))
 	}
 	creds := req.Credentials()
@@ -146,12 +164,13 @@ func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision
 	// entry was accepted by the registry. The zero hash (a credential
 	// nobody hashed) proves nothing and matches nothing.
 	for i := range creds {
-		if creds[i].Hash.IsZero() {
+		h := &creds[i].Hash
+		if h.IsZero() {
 			continue
 		}
-		for j := range rr.Secrets {
-			if rr.Secrets[j].Hash == creds[i].Hash && fresh(rr.Secrets[j].Verified) {
-				t.rememberCoordinates(req.ImageRef, repo, rr, creds[i].Source, rr.Secrets[j])
+		for j := range nSecrets {
+			if rv.hashIs(j, h) && fresh(rv.secretVerified(j)) {
+				t.rememberCoordinates(req.ImageRef, repo, creds[i].Source, rv, j)
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 			}
 		}
@@ -164,16 +183,12 @@ func (t *tracker) match(req Request, repo string, rr *RepositoryRecord) Decision
 		src := creds[i].Source
 		switch src.Kind {
 		case credential.SourceSecret:
-			for j := range rr.Secrets {
-				if rr.Secrets[j].sameObject(src) && fresh(rr.Secrets[j].Verified) {
-					return Decision{Action: UseImage, Reason: ReasonSecretRotated}
-				}
+			if rv.findSecret(src, func(j int) bool { return fresh(rv.secretVerified(j)) }) {
+				return Decision{Action: UseImage, Reason: ReasonSecretRotated}
 			}
 		case credential.SourceServiceAccount:
-			for j := range rr.ServiceAccounts {
-				if rr.ServiceAccounts[j].sameObject(src) && fresh(rr.ServiceAccounts[j].Verified) {
-					return Decision{Action: UseImage, Reason: ReasonServiceAccount}
-				}
+			if rv.findServiceAccount(src, func(j int) bool { return fresh(rv.saVerified(j)) }) {
+				return Decision{Action: UseImage, Reason: ReasonServiceAccount}
 			}
 		}
 	}
@@ -222,17 +237,14 @@ func (t *tracker) anyPullInFlight() bool {
 // rememberCoordinates records the coordinates of a pull secret admitted
 // because its content matched a registry-accepted hash, bound to that hash
 // and to the time the registry accepted it, so that a later rotation of
-// that secret is honoured (as the kubelet does). known is the entry the
-// decision read: when it already lists the secret, nothing more is done.
-// It is a write, done once per secret and image; a failure is logged: the
-// hash still matches.
-func (t *tracker) rememberCoordinates(ref, repo string, known *RepositoryRecord, src credential.Source, matched SecretEntry) {
-	if src.Kind != credential.SourceSecret || src.Namespace == "" || src.Name == "" {
+// that secret is honoured (as the kubelet does). It is a write, done once
+// per secret and image; a failure is logged: the hash still matches.
+func (t *tracker) rememberCoordinates(ref, repo string, src credential.Source, rv repoView, j int) {
+	if src.Kind != credential.SourceSecret || src.Namespace == "" || src.Name == "" ||
+		rv.mayListSecret(t.images.seed, src) {
 		return
 	}
-	if slices.ContainsFunc(known.Secrets, func(e SecretEntry) bool { return e.sameObject(src) }) {
-		return // the usual case: nothing to write, and no second look-up
-	}
+	matched := SecretEntry{Hash: rv.secretHash(j), Verified: fromUnixNano(rv.secretVerified(j))}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()
 	cur := t.images.load(ref)
@@ -392,10 +404,11 @@ func (t *tracker) setDiskCount(n int) {
 }
 
 func (t *tracker) Records() []ImageRecord {
+	// Writers hold writeMu: the walk sees every record exactly once.
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
 	var out []ImageRecord
-	for _, r := range t.images.all() {
-		out = append(out, *r.clone())
-	}
+	t.images.each(func(g groupView) { out = append(out, *g.record()) })
 	slices.SortFunc(out, func(a, b ImageRecord) int { return strings.Compare(a.ImageRef, b.ImageRef) })
 	return out
 }
@@ -405,7 +418,7 @@ func (t *tracker) Status() Status {
 	defer t.writeMu.Unlock()
 	s := t.status
 	s.Records = int(t.count.Load())
-	s.Degraded = t.degraded.Load()
+	s.Degraded = t.degraded.Load() || t.images.full.Load()
 	return s
 }
 

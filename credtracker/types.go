@@ -219,7 +219,9 @@ type Status struct {
 	RecoveryReason string
 	AsidePath      string
 	// Degraded is set while the tracker could not rebuild its store from
-	// the runtime's image list: every present image requires verification
-	// (under every policy but NeverVerify).
+	// the runtime's image list, or once a record did not fit its
+	// in-memory index (4 GiB of records): every present image without a
+	// record under the pod's name requires verification (under every
+	// policy but NeverVerify).
 	Degraded bool
 }

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
@@ -248,6 +248,10 @@ func checkRefusals(ctx context.Context, s *subject, rng *rand.Rand) error {
 	return nil
 }
 
+// registerPullguardMetrics registers pullguard's metrics, as a node does,
+// in a registry of their own: some carry the kubelet's names
+// (kubelet_imagemanager_ondisk_pulledrecords, ...), which the upstream
+// pull manager registers in the legacy registry of this same process.
 func registerPullguardMetrics() {
-	registered.Do(func() { legacyregistry.MustRegister(credtracker.Metrics()...) })
+	registered.Do(func() { metrics.NewKubeRegistry().MustRegister(credtracker.Metrics()...) })
 }

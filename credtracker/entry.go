@@ -1,0 +1,544 @@
+package credtracker
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"time"
+	"unsafe"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// The in-memory form of a record, in the index's arena (see index.go). All
+// integers are little-endian; times are Unix nanoseconds, 0 for the zero
+// time (as on disk).
+//
+//	group: kind u8 | refKind u8 | pad [2] | refLen u32 | nRepos u32 |
+//	       unknownLen u32 | updated i64 | size u32 | ref? | unknownOrigin | entry*
+//	entry: kind u8 | flags u8 | refKind u8 | pad u8 | refLen u32 | repoLen u32 |
+//	       nSecrets u32 | nSAs u32 | back u32 | updated i64 | ref | repo |
+//	       (hash [32] | verified i64 | coordinates hash u32 | pad [4])*nSecrets |
+//	       verified i64*nSAs |
+//	       (namespace, name, uid: uvarint length | bytes)*(nSecrets+nSAs)
+//
+// Everything a decision reads is in the first three cache lines of an
+// entry, at offsets the reader computes from the slot and the request
+// alone (the ref's stored length follows from its form, the repository
+// name's is the request's), so those loads go out together instead of one
+// after the other: the header, the ref and the repository name (the key,
+// verified in full), the first secret's hash and verification time. A ref of the usual form
+// "sha256:<64 lower-case hex digits>" is kept as its 32 bytes (refKind
+// refDigest), any other as it is (refRaw). Every entry holds its record's
+// ref; the group holds it only when it has no entry (refInEntries
+// otherwise). back is the entry's distance from its group. A secret's
+// coordinates hash (keyed, in memory only) says whether a secret's
+// coordinates are already listed without reading them; a collision can
+// only skip remembering a secret's coordinates.
+const (
+	kindGroup = 1
+	kindEntry = 2
+
+	refRaw       = 0
+	refDigest    = 1
+	refInEntries = 2
+
+	groupHeader = 32
+	entryHeader = 32
+	secretSize  = 32 + 8 + 8
+
+	flagNodeAccessible = 1
+
+	digestPrefix = "sha256:"
+	digestRefLen = len(digestPrefix) + 64
+)
+
+func u32(b []byte, i int) int         { return int(binary.LittleEndian.Uint32(b[i:])) }
+func i64(b []byte, i int) int64       { return int64(binary.LittleEndian.Uint64(b[i:])) }
+func putU32(b []byte, i, v int)       { binary.LittleEndian.PutUint32(b[i:], uint32(v)) }
+func putI64(b []byte, i int, v int64) { binary.LittleEndian.PutUint64(b[i:], uint64(v)) }
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(v int64) time.Time {
+	if v == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, v).UTC()
+}
+
+// storedRef is how a ref is kept: its kind and bytes.
+func storedRef(ref string) (kind byte, n int) {
+	if len(ref) == digestRefLen && ref[:len(digestPrefix)] == digestPrefix && lowerHex(ref[len(digestPrefix):]) {
+		return refDigest, 32
+	}
+	return refRaw, len(ref)
+}
+
+func lowerHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if unhex[s[i]] > 15 {
+			return false
+		}
+	}
+	return true
+}
+
+// unhex maps a lower-case hex digit to its value, anything else to 0xff.
+var unhex = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c] = byte(i)
+	}
+	return t
+}()
+
+func putRef(b []byte, kind byte, ref string) int {
+	if kind == refRaw {
+		return copy(b, ref)
+	}
+	h := ref[len(digestPrefix):]
+	for i := range 32 {
+		b[i] = unhex[h[2*i]]<<4 | unhex[h[2*i+1]]
+	}
+	return 32
+}
+
+// refIs reports whether the stored ref b of kind is ref. A digest is
+// written out in hex four bytes at a time (SWAR) and compared as it goes.
+func refIs(kind byte, b []byte, ref string) bool {
+	if kind == refRaw {
+		return string(b) == ref
+	}
+	if len(ref) != digestRefLen || ref[:len(digestPrefix)] != digestPrefix {
+		return false
+	}
+	// A read-only view of the request's 64 hex digits, read eight at a time.
+	h := unsafe.Slice(unsafe.StringData(ref[len(digestPrefix):]), 64)
+	b = b[:32]
+	for k := range 8 {
+		if hex8(binary.LittleEndian.Uint32(b[4*k:])) != binary.LittleEndian.Uint64(h[8*k:]) {
+			return false
+		}
+	}
+	return true
+}
+
+// hex8 returns the eight lower-case hex digits of the four bytes of v (in
+// memory order), as eight bytes in memory order.
+func hex8(v uint32) uint64 {
+	x := uint64(v)
+	x = (x | x<<16) & 0x0000ffff0000ffff
+	x = (x | x<<8) & 0x00ff00ff00ff00ff // byte k in the low byte of lane k
+	n := (x>>4)&0x000f000f000f000f | (x&0x000f000f000f000f)<<8
+	return n + 0x3030303030303030 + ((n+0x0606060606060606)>>4&0x0101010101010101)*39
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendRef appends the stored ref b of kind in its string form.
+func appendRef(dst []byte, kind byte, b []byte) []byte {
+	if kind == refRaw {
+		return append(dst, b...)
+	}
+	dst = append(dst, digestPrefix...)
+	for _, c := range b[:32] {
+		dst = append(dst, hexDigits[c>>4], hexDigits[c&15])
+	}
+	return dst
+}
+
+// groupView is a record's group in an arena.
+type groupView struct{ b []byte }
+
+func (g groupView) refKind() byte   { return g.b[1] }
+func (g groupView) refLen() int     { return u32(g.b, 4) }
+func (g groupView) repos() int      { return u32(g.b, 8) }
+func (g groupView) unknownLen() int { return u32(g.b, 12) }
+func (g groupView) updated() int64  { return i64(g.b, 16) }
+func (g groupView) size() int       { return u32(g.b, 24) }
+func (g groupView) unknownOrigin() bool {
+	return g.unknownLen() > 0
+}
+
+// firstEntry is the offset of the group's first entry.
+func (g groupView) firstEntry() int { return groupHeader + g.refLen() + g.unknownLen() }
+
+// refIs reports whether the record is ref's.
+func (g groupView) refIs(ref string) bool {
+	if k := g.refKind(); k != refInEntries {
+		return refIs(k, g.b[groupHeader:groupHeader+g.refLen()], ref)
+	}
+	return entryAt(g.b[g.firstEntry():]).refIs(ref)
+}
+
+// appendRef appends the record's ref in its string form.
+func (g groupView) appendRef(dst []byte) []byte {
+	if k := g.refKind(); k != refInEntries {
+		return appendRef(dst, k, g.b[groupHeader:groupHeader+g.refLen()])
+	}
+	e := entryAt(g.b[g.firstEntry():])
+	return appendRef(dst, e.b[2], e.ref())
+}
+
+func (g groupView) refString() string { return string(g.appendRef(nil)) }
+
+// refHash is maphash's hash of the record's ref in its string form.
+func (g groupView) refHash(seed maphash.Seed) uint64 {
+	var buf [digestRefLen]byte
+	return maphash.Bytes(seed, g.appendRef(buf[:0]))
+}
+
+// entryIter walks a group's entries; pos is the current entry's offset in
+// the group.
+type entryIter struct {
+	g        groupView
+	pos, idx int
+	e        repoView
+}
+
+func (g groupView) entries() entryIter {
+	return entryIter{g: g, pos: g.firstEntry(), idx: -1}
+}
+
+func (it *entryIter) next() bool {
+	if it.idx >= 0 {
+		it.pos += it.e.size()
+	}
+	it.idx++
+	if it.idx >= it.g.repos() {
+		return false
+	}
+	it.e = entryAt(it.g.b[it.pos:])
+	return true
+}
+
+// repoView is one repository's entry in an arena; sec is the offset of
+// its secrets.
+type repoView struct {
+	b   []byte
+	sec int
+	// first is the first byte of the first secret's hash, read early.
+	first byte
+}
+
+func entryAt(b []byte) repoView {
+	return repoView{b: b, sec: entryHeader + u32(b, 4) + u32(b, 8)}
+}
+
+func (v repoView) nodeAccessible() bool { return v.b[1]&flagNodeAccessible != 0 }
+func (v repoView) refLen() int          { return u32(v.b, 4) }
+func (v repoView) repoLen() int         { return u32(v.b, 8) }
+func (v repoView) secrets() int         { return u32(v.b, 12) }
+func (v repoView) serviceAccounts() int { return u32(v.b, 16) }
+func (v repoView) back() int            { return u32(v.b, 20) }
+func (v repoView) updated() int64       { return i64(v.b, 24) }
+
+// hashIs reports whether secret i's hash is h.
+func (v repoView) hashIs(i int, h *credential.Hash) bool {
+	if i == 0 && v.first != h[0] {
+		return false
+	}
+	o := v.sec + i*secretSize
+	return [32]byte(v.b[o:o+32]) == *h
+}
+
+func (v repoView) secretHash(i int) credential.Hash {
+	o := v.sec + i*secretSize
+	return credential.Hash(v.b[o : o+32])
+}
+
+func (v repoView) secretVerified(i int) int64 { return i64(v.b, v.sec+i*secretSize+32) }
+func (v repoView) coordsHash(i int) uint32 {
+	return uint32(u32(v.b, v.sec+i*secretSize+40))
+}
+
+func (v repoView) saVerified(j int) int64 {
+	return i64(v.b, v.sec+v.secrets()*secretSize+j*8)
+}
+
+func (v repoView) ref() []byte { return v.b[entryHeader : entryHeader+v.refLen()] }
+
+func (v repoView) refIs(ref string) bool { return refIs(v.b[2], v.ref(), ref) }
+
+func (v repoView) repo() []byte {
+	o := entryHeader + v.refLen()
+	return v.b[o : o+v.repoLen()]
+}
+
+func (v repoView) coordsOffset() int {
+	return v.sec + v.secrets()*secretSize + v.serviceAccounts()*8
+}
+
+// coords calls fn with the coordinates of each secret (sa false) and then
+// each service account (sa true) until fn returns true; it reports
+// whether one did.
+func (v repoView) coords(fn func(i int, sa bool, ns, name, uid []byte) bool) bool {
+	o := v.coordsOffset()
+	field := func() []byte {
+		n, k := binary.Uvarint(v.b[o:])
+		s := v.b[o+k : o+k+int(n)]
+		o += k + int(n)
+		return s
+	}
+	ns := v.secrets()
+	for i := range ns + v.serviceAccounts() {
+		a, b, c := field(), field(), field()
+		if i < ns {
+			if fn(i, false, a, b, c) {
+				return true
+			}
+		} else if fn(i-ns, true, a, b, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// size is the entry's length in bytes.
+func (v repoView) size() int {
+	o := v.coordsOffset()
+	for range 3 * (v.secrets() + v.serviceAccounts()) {
+		n, k := binary.Uvarint(v.b[o:])
+		o += k + int(n)
+	}
+	return o
+}
+
+// sameObject reports whether coordinates are those of src.
+func sameObject(src credential.Source, ns, name, uid []byte) bool {
+	return string(ns) == src.Namespace && string(name) == src.Name && string(uid) == src.UID
+}
+
+// findSecret reports whether fn holds for a secret at src's coordinates.
+func (v repoView) findSecret(src credential.Source, fn func(i int) bool) bool {
+	return v.coords(func(i int, sa bool, ns, name, uid []byte) bool {
+		return !sa && sameObject(src, ns, name, uid) && fn(i)
+	})
+}
+
+// findServiceAccount reports whether fn holds for a service account at
+// src's coordinates.
+func (v repoView) findServiceAccount(src credential.Source, fn func(j int) bool) bool {
+	return v.coords(func(j int, sa bool, ns, name, uid []byte) bool {
+		return sa && sameObject(src, ns, name, uid) && fn(j)
+	})
+}
+
+// mayListSecret reports whether a secret at src's coordinates may be
+// listed: false means it is not (true may be a hash collision).
+func (v repoView) mayListSecret(seed maphash.Seed, src credential.Source) bool {
+	h := coordsHash(seed, src.Namespace, src.Name, src.UID)
+	for i := range v.secrets() {
+		if v.coordsHash(i) == h {
+			return true
+		}
+	}
+	return false
+}
+
+// coordsHash is a keyed hash of a secret's coordinates. The uid names
+// one object in the cluster, so it carries most of the weight; a
+// collision only makes the tracker skip remembering coordinates.
+func coordsHash(seed maphash.Seed, ns, name, uid string) uint32 {
+	h := maphash.String(seed, uid) ^ uint64(len(ns))<<48 ^ uint64(len(name))<<32
+	if uid == "" {
+		h ^= maphash.String(seed, name) * 0x9e3779b97f4a7c15
+	}
+	return uint32(h ^ h>>32)
+}
+
+// groupIs reports whether the group at off in arena is ref's.
+func groupIs(arena []byte, off int, ref string) bool {
+	b := arena[off:]
+	return b[0] == kindGroup && groupView{b: b}.refIs(ref)
+}
+
+// entryIs returns the entry at off in arena if it is the one for (ref,
+// repo). It computes where the entry's parts are from the request before
+// it reads the header, and reads the first secret's hash first, so that
+// the cache lines it needs are fetched together.
+func entryIs(arena []byte, off int, ref, repo string) (repoView, bool) {
+	b := arena[off:]
+	if len(ref) == digestRefLen {
+		// Most likely a digest kept as its 32 bytes; a ref of that length
+		// in another form (upper case, say) is kept as it is.
+		if v, ok := entryWith(b, ref, repo, 32); ok || b[0] != kindEntry || b[2] != refRaw {
+			return v, ok
+		}
+	}
+	return entryWith(b, ref, repo, len(ref))
+}
+
+// entryWith is entryIs for an entry whose ref takes refLen bytes.
+func entryWith(b []byte, ref, repo string, refLen int) (repoView, bool) {
+	sec := entryHeader + refLen + len(repo)
+	if sec > len(b) {
+		return repoView{}, false
+	}
+	var first byte
+	if sec < len(b) {
+		first = b[sec] // the first secret's line, fetched with the others
+	}
+	// The key's bytes are compared where the request says they are, before
+	// the header is checked, so that none of these loads waits for another.
+	keyOK := string(b[entryHeader+refLen:sec]) == repo && refIs(b[2], b[entryHeader:entryHeader+refLen], ref)
+	if !keyOK || b[0] != kindEntry || u32(b, 4) != refLen || u32(b, 8) != len(repo) {
+		return repoView{}, false
+	}
+	return repoView{b: b, sec: sec, first: first}, true
+}
+
+func coordsSize(ns, name, uid string) int {
+	return uvarintLen(len(ns)) + len(ns) + uvarintLen(len(name)) + len(name) + uvarintLen(len(uid)) + len(uid)
+}
+
+func uvarintLen(n int) int {
+	k := 1
+	for ; n >= 0x80; n >>= 7 {
+		k++
+	}
+	return k
+}
+
+func entrySize(refLen int, repo string, rr *RepositoryRecord) int {
+	n := entryHeader + len(rr.Secrets)*secretSize + len(rr.ServiceAccounts)*8 + refLen + len(repo)
+	for _, s := range rr.Secrets {
+		n += coordsSize(s.Namespace, s.Name, s.UID)
+	}
+	for _, sa := range rr.ServiceAccounts {
+		n += coordsSize(sa.Namespace, sa.Name, sa.UID)
+	}
+	return n
+}
+
+// groupSize is the arena bytes r takes.
+func groupSize(r *ImageRecord) int {
+	_, refLen := storedRef(r.ImageRef)
+	n := groupHeader + len(r.UnknownOrigin)
+	if len(r.Repositories) == 0 {
+		n += refLen
+	}
+	for repo, rr := range r.Repositories {
+		n += entrySize(refLen, repo, rr)
+	}
+	return n
+}
+
+// appendGroup appends r's group (of groupSize(r) bytes: size) to arena,
+// with its entries in the order of repos (r's repository names, sorted);
+// it appends to offs the offsets of the group and of its entries.
+func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, seed maphash.Seed) ([]byte, []int) {
+	kind, refLen := storedRef(r.ImageRef)
+	start := len(arena)
+	arena = growArena(arena, size)
+	arena = arena[:start+size]
+	clear(arena[start:])
+	b := arena[start:]
+	b[0] = kindGroup
+	b[1] = refInEntries
+	putU32(b, 8, len(repos))
+	putU32(b, 12, len(r.UnknownOrigin))
+	putI64(b, 16, unixNano(r.Updated))
+	putU32(b, 24, size)
+	o := groupHeader
+	if len(repos) == 0 {
+		b[1] = kind
+		putU32(b, 4, refLen)
+		o += putRef(b[o:], kind, r.ImageRef)
+	}
+	o += copy(b[o:], r.UnknownOrigin)
+	offs = append(offs, start)
+	for _, repo := range repos {
+		rr := r.Repositories[repo]
+		offs = append(offs, start+o)
+		e := b[o:]
+		e[0] = kindEntry
+		if rr.NodeAccessible {
+			e[1] = flagNodeAccessible
+		}
+		e[2] = kind
+		putU32(e, 4, refLen)
+		putU32(e, 8, len(repo))
+		putU32(e, 12, len(rr.Secrets))
+		putU32(e, 16, len(rr.ServiceAccounts))
+		putU32(e, 20, o)
+		putI64(e, 24, unixNano(rr.Updated))
+		p := entryHeader
+		p += putRef(e[p:], kind, r.ImageRef)
+		p += copy(e[p:], repo)
+		for _, s := range rr.Secrets {
+			copy(e[p:], s.Hash[:])
+			putI64(e, p+32, unixNano(s.Verified))
+			putU32(e, p+40, int(coordsHash(seed, s.Namespace, s.Name, s.UID)))
+			p += secretSize
+		}
+		for _, sa := range rr.ServiceAccounts {
+			putI64(e, p, unixNano(sa.Verified))
+			p += 8
+		}
+		put := func(s string) {
+			p += binary.PutUvarint(e[p:], uint64(len(s)))
+			p += copy(e[p:], s)
+		}
+		for _, s := range rr.Secrets {
+			put(s.Namespace)
+			put(s.Name)
+			put(s.UID)
+		}
+		for _, sa := range rr.ServiceAccounts {
+			put(sa.Namespace)
+			put(sa.Name)
+			put(sa.UID)
+		}
+		o += p
+	}
+	return arena, offs
+}
+
+// record decodes the group into a new ImageRecord.
+func (g groupView) record() *ImageRecord {
+	o := groupHeader + g.refLen()
+	r := &ImageRecord{
+		ImageRef:      g.refString(),
+		UnknownOrigin: string(g.b[o : o+g.unknownLen()]),
+		Updated:       fromUnixNano(g.updated()),
+		Repositories:  make(map[string]*RepositoryRecord, g.repos()),
+	}
+	for it := g.entries(); it.next(); {
+		r.Repositories[string(it.e.repo())] = it.e.record()
+	}
+	return r
+}
+
+func (v repoView) record() *RepositoryRecord {
+	rr := &RepositoryRecord{NodeAccessible: v.nodeAccessible(), Updated: fromUnixNano(v.updated())}
+	if n := v.secrets(); n > 0 {
+		rr.Secrets = make([]SecretEntry, n)
+		for i := range rr.Secrets {
+			rr.Secrets[i].Hash = v.secretHash(i)
+			rr.Secrets[i].Verified = fromUnixNano(v.secretVerified(i))
+		}
+	}
+	if n := v.serviceAccounts(); n > 0 {
+		rr.ServiceAccounts = make([]ServiceAccountEntry, n)
+		for j := range rr.ServiceAccounts {
+			rr.ServiceAccounts[j].Verified = fromUnixNano(v.saVerified(j))
+		}
+	}
+	v.coords(func(i int, sa bool, ns, name, uid []byte) bool {
+		if sa {
+			rr.ServiceAccounts[i].Namespace, rr.ServiceAccounts[i].Name, rr.ServiceAccounts[i].UID = string(ns), string(name), string(uid)
+		} else {
+			rr.Secrets[i].Namespace, rr.Secrets[i].Name, rr.Secrets[i].UID = string(ns), string(name), string(uid)
+		}
+		return false
+	})
+	return rr
+}

@@ -1,0 +1,58 @@
+package credtracker
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// indexBytes is the memory the index holds: its arena's and its slots'
+// buffers, whole.
+func indexBytes(x *recordIndex) int {
+	t := x.s.tab.Load()
+	return cap(t.arena) + 8*len(t.slots)
+}
+
+// TestIndexMemoryStaysBounded: records replaced, added and deleted for a
+// long time (each write leaves its old group as garbage, and the arena
+// grows) keep the index within an eighth of the size it has after
+// start-up for the same records: growth is in steps of an eighth, not
+// doublings, and garbage is compacted before it makes the arena grow.
+func TestIndexMemoryStaysBounded(t *testing.T) {
+	const n = 20_000
+	now := time.Unix(1_700_000_000, 0)
+	rec := func(i, version int) *ImageRecord {
+		var h credential.Hash
+		h[0], h[1], h[2] = byte(i), byte(i>>8), byte(version)
+		src := credential.Source{Kind: credential.SourceSecret, Namespace: fmt.Sprintf("tenant-%d", i%500), Name: "regcred", UID: fmt.Sprintf("%08d-3d4a-4c5b-9e7f-0a1b2c3d4e5f", i%500)}
+		return (*ImageRecord)(nil).withPull(benchRef(i), fmt.Sprintf("registry.example/tenant-%d/app-%d", i%500, i), src, h, now.Add(time.Duration(version)*time.Second), DefaultMaxEntries, 0)
+	}
+	recs := make([]*ImageRecord, n)
+	for i := range recs {
+		recs[i] = rec(i, 0)
+	}
+	x := newRecordIndex()
+	x.storeAll(recs)
+	loaded := indexBytes(x)
+	require.Equal(t, n, x.len())
+
+	peak := loaded
+	for k := range 10 * n {
+		switch i := (k * 7919) % n; k % 10 {
+		case 9: // delete one, add it back
+			x.delete(recs[i].ImageRef)
+			x.store(rec(i, k))
+		default: // a new verification time: the record is replaced
+			x.store(rec(i, k))
+		}
+		peak = max(peak, indexBytes(x))
+	}
+	require.Equal(t, n, x.len())
+	assert.LessOrEqual(t, peak, loaded+loaded/8, "the index grew from %d to %d bytes for the same %d records", loaded, peak, n)
+	t.Logf("after start-up: %d bytes (%d per record); peak over %d writes: %d (%d per record)", loaded, loaded/n, 10*n, peak, peak/n)
+}
