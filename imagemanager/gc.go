@@ -10,21 +10,9 @@ import (
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
-// Inventory adapts a CRI image service to the tracker's ImageInventory:
-// each image's ID with its repo tags and repo digests.
-func Inventory(images ImageService) credtracker.ImageInventory {
-	return credtracker.ImageInventoryFunc(func(ctx context.Context) ([]credtracker.Image, error) {
-		list, err := images.ListImages(ctx, nil)
-		if err != nil {
-			return nil, fmt.Errorf("failed to list images: %w", err)
-		}
-		out := make([]credtracker.Image, 0, len(list))
-		for _, img := range list {
-			out = append(out, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
-		}
-		return out, nil
-	})
-}
+// Inventory adapts a CRI image service to the tracker's ImageInventory;
+// it is pgruntime.Inventory.
+func Inventory(images ImageService) credtracker.ImageInventory { return pgruntime.Inventory(images) }
 
 // RemoveImage removes an image from the runtime (image garbage collection)
 // and then prunes the tracker's records of images no longer present.

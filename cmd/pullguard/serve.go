@@ -289,7 +289,7 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 		logger.Info("KubeletEnsureSecretPulledImages is off: serving as a plain pass-through proxy")
 		return credtracker.Disabled(), h, err
 	}
-	inv := criproxy.Inventory(backend)
+	inv := pgruntime.Inventory(backend)
 	tr, err := credtracker.New(ctx, credtracker.Config{
 		Dir:       filepath.Join(o.rootDir, node.TrackerDir),
 		Policy:    c.settings.Policy,

@@ -69,7 +69,7 @@ func TestFailedPullNeverCarriesTheCredential(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backend := &echoingBackend{fakeBackend: newFakeBackend(), pullErr: tc.err}
-			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, criproxy.Inventory(backend))
+			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(backend))
 			require.NoError(t, err)
 			t.Cleanup(func() { tr.Close() })
 			var logs syncBuffer

@@ -38,7 +38,7 @@ func BenchmarkProxy(b *testing.B) {
 	backend, err := criproxy.DialBackend(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer backend.Close(ctx)
-	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, criproxy.Inventory(backend))
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, pgruntime.Inventory(backend))
 	require.NoError(b, err)
 	defer tr.Close()
 	srv, err := criproxy.New(backend, tr, tr.Hasher())

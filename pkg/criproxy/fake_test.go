@@ -297,7 +297,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		hasher, err = credential.NewHasher(make([]byte, credential.KeySize))
 		require.NoError(t, err)
 	} else {
-		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: h.dir, Policy: cfg.policy, Allowlist: cfg.allowlist}, criproxy.Inventory(h.fake))
+		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: h.dir, Policy: cfg.policy, Allowlist: cfg.allowlist}, pgruntime.Inventory(h.fake))
 		require.NoError(t, err)
 		h.tracker, hasher = tr, tr.Hasher()
 	}

@@ -219,24 +219,9 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 // longer present; records written after the list was taken are kept.
 func (s *Server) Prune(ctx context.Context) (int, error) {
 	listedAt := s.clock.Now()
-	imgs, err := Inventory(s.backend).ListImages(ctx)
+	imgs, err := pgruntime.Inventory(s.backend).ListImages(ctx)
 	if err != nil {
 		return 0, err
 	}
 	return s.tracker.PruneImages(imgs, listedAt)
-}
-
-// Inventory adapts a backend to the tracker's ImageInventory.
-func Inventory(b Backend) credtracker.ImageInventory {
-	return credtracker.ImageInventoryFunc(func(ctx context.Context) ([]credtracker.Image, error) {
-		list, err := b.ListImages(ctx, nil)
-		if err != nil {
-			return nil, fmt.Errorf("failed to list images: %w", err)
-		}
-		out := make([]credtracker.Image, 0, len(list))
-		for _, img := range list {
-			out = append(out, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
-		}
-		return out, nil
-	})
 }

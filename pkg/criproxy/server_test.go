@@ -188,7 +188,7 @@ func TestBackendUnavailableAndReconnect(t *testing.T) {
 	backend, err := pgruntime.NewRemote(context.Background(), "unix://"+runtime.socket, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { backend.Close(context.Background()) })
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, criproxy.Inventory(backend))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(backend))
 	require.NoError(t, err)
 	t.Cleanup(func() { tr.Close() })
 	srv, err := criproxy.New(backend, tr, tr.Hasher())
@@ -217,7 +217,7 @@ func TestBackendUnavailableAndReconnect(t *testing.T) {
 func TestNoCredentialInLogsErrorsOrRecords(t *testing.T) {
 	var logs syncBuffer
 	fake := newFakeBackend()
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, criproxy.Inventory(fake))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(fake))
 	require.NoError(t, err)
 	t.Cleanup(func() { tr.Close() })
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(10), textlogger.Output(&logs)))

@@ -161,7 +161,7 @@ func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 // start opens the tracker and the proxy (again, for a restart).
 func (e *verifyEnv) start(t testing.TB) {
 	t.Helper()
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: e.dir}, criproxy.Inventory(e.backend))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: e.dir}, pgruntime.Inventory(e.backend))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	opts := []criproxy.Option{criproxy.WithLogger(testLogger())}

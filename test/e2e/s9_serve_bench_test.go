@@ -89,7 +89,7 @@ func newBenchProxy() (*benchProxy, error) {
 		return nil, err
 	}
 	root := filepath.Join(h.dir, "bench-proxy")
-	tr, err := credtracker.New(ctx, credtracker.Config{Dir: filepath.Join(root, "credtracker")}, criproxy.Inventory(backend))
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: filepath.Join(root, "credtracker")}, pgruntime.Inventory(backend))
 	if err != nil {
 		return nil, err
 	}
