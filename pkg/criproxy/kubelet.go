@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	kubeletv1alpha1 "k8s.io/kubelet/config/v1alpha1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/boundedread"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
@@ -109,7 +109,7 @@ func eachFile(dir string, bad *[]string, fn func(path string, data []byte) error
 			}
 			continue
 		}
-		data, err := readBounded(path, maxKubeletRecord)
+		data, err := boundedread.ReadFile(path, maxKubeletRecord)
 		if err == nil {
 			err = fn(path, data)
 		}
@@ -118,22 +118,6 @@ func eachFile(dir string, bad *[]string, fn func(path string, data []byte) error
 		}
 	}
 	return nil
-}
-
-func readBounded(path string, max int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
-	}
-	return data, nil
 }
 
 func truncate(s string, n int) string {

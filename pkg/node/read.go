@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/pullguard/pullguard/internal/boundedread"
 )
 
 // MaxInputBytes bounds every manifest and configuration file (and standard
@@ -140,12 +142,12 @@ func ReadLimited(r io.Reader, name string, max int64) ([]byte, error) {
 	if max <= 0 {
 		max = MaxInputBytes
 	}
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("failed to read %s: %w", name, err)
-	}
-	if int64(len(data)) > max {
+	data, err := boundedread.Read(r, max)
+	switch {
+	case errors.Is(err, boundedread.ErrTooLarge):
 		return nil, fmt.Errorf("%w: %s is larger than the limit of %d bytes", ErrInputTooLarge, name, max)
+	case err != nil:
+		return nil, fmt.Errorf("failed to read %s: %w", name, err)
 	}
 	return data, nil
 }
