@@ -72,33 +72,12 @@ func TestIndexAdversarialKeysMatchModel(t *testing.T) {
 	for seed := range uint64(6) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
-			x := newRecordIndex()
-			model := map[string]*ImageRecord{}
-			for step := range 150 {
-				switch op := rng.IntN(10); {
-				case op < 6:
-					r := adversarialRecord(rng, refs[rng.IntN(len(refs))], repos)
-					x.store(r)
-					model[r.ImageRef] = r
-				case op < 8:
-					ref := refs[rng.IntN(len(refs))]
-					x.delete(ref)
-					delete(model, ref)
-				default:
-					var bulk []*ImageRecord
-					for range rng.IntN(6) {
-						r := adversarialRecord(rng, refs[rng.IntN(len(refs))], repos)
-						bulk = append(bulk, r)
-						model[r.ImageRef] = r
-					}
-					x.storeAll(bulk)
-				}
-				checkIndex(t, step, x, model, refs, repos)
+			runModel(t, rng, 150, 6, refs, repos, adversarialRecord, func(step int, x *recordIndex) {
 				for _, ref := range refs {
 					_, ok := x.loadRepository(ref, "")
 					require.False(t, ok, "step %d: the empty repository is never found", step)
 				}
-			}
+			})
 		})
 	}
 }

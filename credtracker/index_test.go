@@ -22,8 +22,6 @@ func TestIndexMatchesModel(t *testing.T) {
 	for seed := range uint64(20) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
-			x := newRecordIndex()
-			model := map[string]*ImageRecord{}
 			refs := make([]string, 40)
 			for i := range refs {
 				refs[i] = fmt.Sprintf("sha256:%064x", rng.Uint64())
@@ -31,28 +29,43 @@ func TestIndexMatchesModel(t *testing.T) {
 			refs[0] = "short"                             // not a digest: kept as it is
 			refs[1] = "sha256:" + strings.Repeat("A", 64) // upper case: kept as it is
 			repos := []string{"registry.example/a/app", "registry.example/b/app", "docker.io/library/alpine"}
-			for step := range 400 {
-				switch op := rng.IntN(10); {
-				case op < 6:
-					r := randomRecord(rng, refs[rng.IntN(len(refs))], repos)
-					x.store(r)
-					model[r.ImageRef] = r
-				case op < 8:
-					ref := refs[rng.IntN(len(refs))]
-					x.delete(ref)
-					delete(model, ref)
-				default:
-					var bulk []*ImageRecord
-					for range rng.IntN(5) {
-						r := randomRecord(rng, refs[rng.IntN(len(refs))], repos)
-						bulk = append(bulk, r)
-						model[r.ImageRef] = r
-					}
-					x.storeAll(bulk)
-				}
-				checkIndex(t, step, x, model, refs, repos)
-			}
+			runModel(t, rng, 400, 5, refs, repos, randomRecord, nil)
 		})
+	}
+}
+
+// runModel applies steps random operations (store, delete, storeAll of up
+// to maxBulk records) to a new index and to a plain map, the records made
+// by rec over refs and repos, and checks after each that every look-up
+// the tracker makes answers the same (checkIndex), then calls more (if
+// set) for checks of its own.
+func runModel(t *testing.T, rng *rand.Rand, steps, maxBulk int, refs, repos []string, rec func(*rand.Rand, string, []string) *ImageRecord, more func(step int, x *recordIndex)) {
+	t.Helper()
+	x := newRecordIndex()
+	model := map[string]*ImageRecord{}
+	for step := range steps {
+		switch op := rng.IntN(10); {
+		case op < 6:
+			r := rec(rng, refs[rng.IntN(len(refs))], repos)
+			x.store(r)
+			model[r.ImageRef] = r
+		case op < 8:
+			ref := refs[rng.IntN(len(refs))]
+			x.delete(ref)
+			delete(model, ref)
+		default:
+			var bulk []*ImageRecord
+			for range rng.IntN(maxBulk) {
+				r := rec(rng, refs[rng.IntN(len(refs))], repos)
+				bulk = append(bulk, r)
+				model[r.ImageRef] = r
+			}
+			x.storeAll(bulk)
+		}
+		checkIndex(t, step, x, model, refs, repos)
+		if more != nil {
+			more(step, x)
+		}
 	}
 }
 

@@ -94,8 +94,8 @@ func (t *tracker) decide(req Request) Decision {
 		// flight then has either ended (and is in the records read now)
 		// or is counted.
 		named := namedBy(repo, req.Names)
-		inFlight := t.pullInFlight(repo)
-		anyInFlight := !named && t.anyPullInFlight()
+		inFlight, anyInFlight := t.pullsInFlight(repo)
+		anyInFlight = anyInFlight && !named
 		if rv, ok = t.images.loadRepository(req.ImageRef, repo); ok {
 			return t.match(req, repo, rv)
 		}
@@ -221,17 +221,12 @@ func deny(req Request, reason Reason) Decision {
 	return Decision{Action: Pull, Reason: reason}
 }
 
-func (t *tracker) pullInFlight(repo string) bool {
+// pullsInFlight reports whether a pull of repo, and whether a pull of
+// any image, is in flight, in one look at the counts.
+func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 	t.intentMu.Lock()
 	defer t.intentMu.Unlock()
-	return t.inflight[repo] > 0
-}
-
-// anyPullInFlight reports whether a pull of any image is in flight.
-func (t *tracker) anyPullInFlight() bool {
-	t.intentMu.Lock()
-	defer t.intentMu.Unlock()
-	return len(t.intents) > 0
+	return t.inflight[repo] > 0, len(t.intents) > 0
 }
 
 // rememberCoordinates records the coordinates of a pull secret admitted
