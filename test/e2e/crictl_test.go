@@ -125,7 +125,7 @@ type serveDaemon struct {
 func (d *serveDaemon) endpoint() string { return "unix://" + d.socket }
 
 // startServe starts `pullguard serve` on root and waits until it serves.
-func startServe(t *testing.T, root string, args ...string) *serveDaemon {
+func startServe(t testing.TB, root string, args ...string) *serveDaemon {
 	t.Helper()
 	d := &serveDaemon{root: root, socket: filepath.Join(root, "pg.sock")}
 	var err error
@@ -142,7 +142,7 @@ func startServe(t *testing.T, root string, args ...string) *serveDaemon {
 }
 
 // start starts the daemon (again); startServe's cleanup stops it.
-func (d *serveDaemon) start(t *testing.T, args ...string) {
+func (d *serveDaemon) start(t testing.TB, args ...string) {
 	t.Helper()
 	mark := d.log.mark()
 	argv := append([]string{"serve", "--listen", d.endpoint(), "--image-service-endpoint", h.containerd.endpoint(), "--root-dir", d.root,

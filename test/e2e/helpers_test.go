@@ -150,7 +150,7 @@ func (o runOutput) events(pod string) []event {
 	return out
 }
 
-func newRoot(t *testing.T) string {
+func newRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp(h.dir, "root-")
 	require.NoError(t, err)

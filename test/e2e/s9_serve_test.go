@@ -134,7 +134,7 @@ func criImageID(t *testing.T, image string) string {
 }
 
 // metricValue reads one sample from the daemon's /metrics.
-func metricValue(t *testing.T, d *serveDaemon, series string) float64 {
+func metricValue(t testing.TB, d *serveDaemon, series string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + d.metrics + "/metrics")
 	require.NoError(t, err)
