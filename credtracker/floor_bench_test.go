@@ -59,6 +59,11 @@ func BenchmarkDecideParts(b *testing.B) {
 			repo, _ := RepositoryName(req.Image)
 			return uint(len(repo))
 		}},
+		{"lookupOnly", func(req Request) uint {
+			// The generator's names end in ":v1": the repository, unparsed.
+			rv, _ := tr.images.loadRepository(req.ImageRef, req.Image[:len(req.Image)-3])
+			return uint(rv.first)
+		}},
 		{"lookup", func(req Request) uint {
 			repo, _ := RepositoryName(req.Image)
 			rv, _ := tr.images.loadRepository(req.ImageRef, repo)
