@@ -263,3 +263,94 @@ func TestIndexInstalledNamesSurviveWritesAndRebuild(t *testing.T) {
 	assert.Equal(t, liveNamesBytes(model), len(x.s.names.b), "the rebuild folds the repeats")
 	checkCoords(t, x, model, refs, repos, pool, "rebuilt")
 }
+
+// TestIndexNamesArenaFullFailsClosed: a record whose coordinates do not
+// fit the names arena's 32-bit offsets (maxArena, lowered here) is not
+// placed even when its group fits the record arena: its previous version
+// is dropped (it may list coordinates the new one no longer does) and the
+// index is marked full. At start-up, parts whose names do not fit are not
+// installed; the records are stored one by one, and each is then either
+// whole or absent, with the index marked full.
+func TestIndexNamesArenaFullFailsClosed(t *testing.T) {
+	saved := maxArena
+	t.Cleanup(func() { maxArena = saved })
+	at := time.Unix(1_700_000_000, 0).UTC()
+	withSecret := func(ref string, c coordTriple) *ImageRecord {
+		return &ImageRecord{ImageRef: ref, Updated: at, Repositories: map[string]*RepositoryRecord{
+			"registry.example/a": {Updated: at, Secrets: []SecretEntry{{Namespace: c.ns, Name: c.name, UID: c.uid, Verified: at}}},
+		}}
+	}
+	tenantA := coordTriple{"tenant-a", "regcred", "uid-a"}
+	long := coordTriple{"tenant-b", strings.Repeat("m", 3000), "uid-b"}
+
+	t.Run("put", func(t *testing.T) {
+		maxArena = saved
+		x := newRecordIndex()
+		x.store(withSecret(benchRef(1), tenantA))
+		other := withSecret(benchRef(2), tenantA)
+		for k := range 3 { // a names arena larger than the record arena
+			c := coordTriple{"tenant-c", strings.Repeat("c", 3000), fmt.Sprint(k)}
+			other.Repositories["registry.example/a"].Secrets = append(other.Repositories["registry.example/a"].Secrets, SecretEntry{Namespace: c.ns, Name: c.name, UID: c.uid, Verified: at})
+		}
+		x.store(other)
+		require.False(t, x.full.Load())
+		// Room for more groups, but not for the long coordinates.
+		maxArena = len(x.s.names.b) + 1000
+		next := withSecret(benchRef(1), long)
+		require.LessOrEqual(t, x.s.live+x.s.garbage+groupSize(next), maxArena, "the group alone would fit")
+		x.store(next)
+		assert.True(t, x.full.Load())
+		assert.Nil(t, x.load(benchRef(1)), "the previous version must not stay")
+		_, ok := x.loadRepository(benchRef(1), "registry.example/a")
+		assert.False(t, ok)
+		assert.Equal(t, other, x.load(benchRef(2)), "the other record is untouched")
+		// Coordinates already there still fit: a write of them is placed.
+		x.store(withSecret(benchRef(1), tenantA))
+		assert.Equal(t, withSecret(benchRef(1), tenantA), x.load(benchRef(1)))
+	})
+
+	t.Run("install", func(t *testing.T) {
+		var recs []*ImageRecord
+		for i := range 8 {
+			c := tenantA
+			if i%2 == 1 {
+				c = coordTriple{fmt.Sprintf("tenant-%d", i), strings.Repeat("m", 3000), fmt.Sprintf("uid-%d", i)}
+			}
+			recs = append(recs, withSecret(benchRef(i), c))
+		}
+		maxArena = 10000 // the groups fit; the long coordinates, not all
+		size := 0
+		for _, r := range recs {
+			size += groupSize(r)
+		}
+		require.Less(t, size, maxArena)
+
+		rng := rand.New(rand.NewPCG(1, 2))
+		x := newRecordIndex()
+		parts := make([]bulkPart, 3)
+		for _, r := range recs {
+			x.prepare(&parts[rng.IntN(3)], r)
+		}
+		require.ErrorIs(t, x.install(parts), errIndexFull)
+		assert.Zero(t, x.len(), "nothing installed")
+
+		x = newRecordIndex()
+		x.storeAll(recs)
+		assert.True(t, x.full.Load())
+		placed := 0
+		for _, r := range recs {
+			if got := x.load(r.ImageRef); got != nil {
+				assert.Equal(t, r, got)
+				placed++
+			}
+			v, ok := x.loadRepository(r.ImageRef, "registry.example/a")
+			if ok {
+				c := r.Repositories["registry.example/a"].Secrets[0]
+				assert.Equal(t, []int{0}, visited(v.findSecret, credential.Source{Kind: credential.SourceSecret, Namespace: c.Namespace, Name: c.Name, UID: c.UID}))
+			}
+		}
+		assert.Positive(t, placed)
+		assert.Less(t, placed, len(recs))
+		assert.LessOrEqual(t, len(x.s.names.b), maxArena)
+	})
+}
