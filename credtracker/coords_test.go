@@ -3,6 +3,7 @@ package credtracker
 import (
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +85,41 @@ func TestIndexBulkPartsReferToTheirOwnNames(t *testing.T) {
 	x.store(next)
 	assert.Equal(t, before, len(x.s.names.b), "a record listing known coordinates wrote them again")
 	assert.Equal(t, next, x.load(next.ImageRef))
+}
+
+// FuzzNameSetTriples: two triples interned into a names arena (after
+// others, so that offsets and lengths vary) read back exactly; they share
+// an offset if and only if they are the same triple, also in a set
+// indexed from the arena (start-up's install) and in one rebuilt from it.
+func FuzzNameSetTriples(f *testing.F) {
+	f.Add("ab", "c", "", "a", "bc", "", uint8(0))
+	f.Add("ns", "regcred", "uid", "ns", "regcred", "uid", uint8(3))
+	f.Add("\x01a", "\x01b", "\x80", "\x01a\x01b", "", "\x80", uint8(200))
+	f.Fuzz(func(t *testing.T, ns1, name1, uid1, ns2, name2, uid2 string, before uint8) {
+		s := newNameSet(maphash.MakeSeed(), 0)
+		for i := range int(before) {
+			s.intern(fmt.Sprint(i), strings.Repeat("x", i), "")
+		}
+		o1 := s.intern(ns1, name1, uid1)
+		o2 := s.intern(ns2, name2, uid2)
+		same := ns1 == ns2 && name1 == name2 && uid1 == uid2
+		require.Equal(t, same, o1 == o2)
+		for _, c := range []struct {
+			off           int
+			ns, name, uid string
+		}{{o1, ns1, name1, uid1}, {o2, ns2, name2, uid2}} {
+			ns, name, uid := coordsAt(s.b, c.off)
+			require.Equal(t, []string{c.ns, c.name, c.uid}, []string{string(ns), string(name), string(uid)})
+		}
+		indexed := newNameSet(s.seed, 0)
+		indexed.index(append([]byte(nil), s.b...))
+		require.Equal(t, o1, indexed.intern(ns1, name1, uid1))
+		require.Equal(t, o2, indexed.intern(ns2, name2, uid2))
+		rebuilt := newNameSet(s.seed, 0)
+		r2 := rebuilt.internEncoded(tripleAt(s.b, o2))
+		r1 := rebuilt.internEncoded(tripleAt(s.b, o1))
+		require.Equal(t, same, r1 == r2)
+		ns, name, uid := coordsAt(rebuilt.b, r1)
+		require.Equal(t, []string{ns1, name1, uid1}, []string{string(ns), string(name), string(uid)})
+	})
 }
