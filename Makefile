@@ -77,6 +77,8 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
+	@# Embedders build on other systems: the module must at least compile there.
+	GOOS=darwin $(GO) build ./...
 
 clean:
 	rm -rf pullguard-state bin

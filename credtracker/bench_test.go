@@ -212,6 +212,7 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	}
 	harness, harnessCPU := time.Since(start), threadCPU()-cpu0
 	benchSink += sink
+	floor := memoryFloor(tr, order, b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 = threadCPU()
@@ -227,6 +228,37 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	// The same difference in the thread's CPU time: on a shared machine,
 	// time spent waiting for a core does not inflate it.
 	b.ReportMetric(float64((cpu-harnessCPU).Nanoseconds())/n, "cpu-net-ns/op")
+	b.ReportMetric(floor, "floor-ns/op")
+}
+
+// memoryFloor is what the machine's memory charges, at this moment, for
+// the reads a decision makes, without the decision: for each of n steps,
+// one slot of the index's own table, then three lines of the index's own
+// arena at the offset the slot holds (at an offset drawn from the slot's
+// position for an empty one), each step waiting for the one before. The slots are drawn
+// from order's indices, so that a hot workload reads few of them. It
+// returns the wall time per step. BenchmarkDecide reports it beside each
+// figure (floor-ns/op): the uniform figure at 100 000 records follows it
+// (docs/benchmarks.md).
+func memoryFloor(tr *tracker, order []uint32, n int) float64 {
+	t := tr.images.s.tab.Load()
+	slots, arena := t.slots, t.arena
+	if len(arena) < 256 {
+		return 0
+	}
+	mask := uint32(len(order) - 1)
+	var sink byte
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		k := home(uint64(order[uint32(i)&mask]^uint32(sink&1))*0x9e3779b97f4a7c15>>32, len(slots))
+		off := int(uint32(slots[k].Load()))
+		if off == 0 || off >= len(arena)-192 { // an empty or deleted slot: some other line
+			off = home(uint64(k)*0x9e3779b97f4a7c15>>16, len(arena)-192)
+		}
+		sink += arena[off] ^ arena[off+64] ^ arena[off+128]
+	}
+	benchSink += uint(sink)
+	return float64(time.Since(start).Nanoseconds()) / float64(n)
 }
 
 var decideSizes = []int{1_000, 10_000, 100_000}

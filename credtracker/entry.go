@@ -17,9 +17,8 @@ import (
 //	       unknownLen u32 | updated i64 | size u32 | ref? | unknownOrigin | entry*
 //	entry: kind u8 | flags u8 | refKind u8 | pad u8 | refLen u32 | repoLen u32 |
 //	       nSecrets u32 | nSAs u32 | back u32 | updated i64 | ref | repo |
-//	       (hash [32] | verified i64 | coordinates hash u32 | pad [4])*nSecrets |
-//	       verified i64*nSAs |
-//	       (namespace, name, uid: uvarint length | bytes)*(nSecrets+nSAs)
+//	       (hash [32] | verified i64 | coordinates hash u32 | names u32)*nSecrets |
+//	       (verified i64 | names u32)*nSAs
 //
 // Everything a decision reads is in the first three cache lines of an
 // entry, at offsets the reader computes from the slot and the request
@@ -30,10 +29,12 @@ import (
 // "sha256:<64 lower-case hex digits>" is kept as its 32 bytes (refKind
 // refDigest), any other as it is (refRaw). Every entry holds its record's
 // ref; the group holds it only when it has no entry (refInEntries
-// otherwise). back is the entry's distance from its group. A secret's
-// coordinates hash (keyed, in memory only) says whether a secret's
-// coordinates are already listed without reading them; a collision can
-// only skip remembering a secret's coordinates.
+// otherwise). back is the entry's distance from its group. A secret's or
+// service account's coordinates are kept once in the names arena
+// (coords.go); names is their offset there. A secret's coordinates hash
+// (keyed, in memory only) says whether a secret's coordinates are already
+// listed without reading them; a collision can only skip remembering a
+// secret's coordinates.
 const (
 	kindGroup = 1
 	kindEntry = 2
@@ -44,7 +45,8 @@ const (
 
 	groupHeader = 32
 	entryHeader = 32
-	secretSize  = 32 + 8 + 8
+	secretSize  = 32 + 8 + 4 + 4
+	saSize      = 8 + 4
 
 	flagNodeAccessible = 1
 
@@ -154,8 +156,9 @@ func appendRef(dst []byte, kind byte, b []byte) []byte {
 	return dst
 }
 
-// groupView is a record's group in an arena.
-type groupView struct{ b []byte }
+// groupView is a record's group in an arena, with the names arena its
+// entries refer to.
+type groupView struct{ b, names []byte }
 
 func (g groupView) refKind() byte   { return g.b[1] }
 func (g groupView) refLen() int     { return u32(g.b, 4) }
@@ -175,7 +178,7 @@ func (g groupView) refIs(ref string) bool {
 	if k := g.refKind(); k != refInEntries {
 		return refIs(k, g.b[groupHeader:groupHeader+g.refLen()], ref)
 	}
-	return entryAt(g.b[g.firstEntry():]).refIs(ref)
+	return entryAt(g.b[g.firstEntry():], nil).refIs(ref)
 }
 
 // appendRef appends the record's ref in its string form.
@@ -183,7 +186,7 @@ func (g groupView) appendRef(dst []byte) []byte {
 	if k := g.refKind(); k != refInEntries {
 		return appendRef(dst, k, g.b[groupHeader:groupHeader+g.refLen()])
 	}
-	e := entryAt(g.b[g.firstEntry():])
+	e := entryAt(g.b[g.firstEntry():], nil)
 	return appendRef(dst, e.b[2], e.ref())
 }
 
@@ -215,21 +218,21 @@ func (it *entryIter) next() bool {
 	if it.idx >= it.g.repos() {
 		return false
 	}
-	it.e = entryAt(it.g.b[it.pos:])
+	it.e = entryAt(it.g.b[it.pos:], it.g.names)
 	return true
 }
 
-// repoView is one repository's entry in an arena; sec is the offset of
-// its secrets.
+// repoView is one repository's entry in an arena, with the names arena
+// it refers to; sec is the offset of its secrets.
 type repoView struct {
-	b   []byte
-	sec int
+	b, names []byte
+	sec      int
 	// first is the first byte of the first secret's hash, read early.
 	first byte
 }
 
-func entryAt(b []byte) repoView {
-	return repoView{b: b, sec: entryHeader + u32(b, 4) + u32(b, 8)}
+func entryAt(b, names []byte) repoView {
+	return repoView{b: b, names: names, sec: entryHeader + u32(b, 4) + u32(b, 8)}
 }
 
 func (v repoView) nodeAccessible() bool { return v.b[1]&flagNodeAccessible != 0 }
@@ -259,9 +262,14 @@ func (v repoView) coordsHash(i int) uint32 {
 	return uint32(u32(v.b, v.sec+i*secretSize+40))
 }
 
-func (v repoView) saVerified(j int) int64 {
-	return i64(v.b, v.sec+v.secrets()*secretSize+j*8)
-}
+// secretNames is the offset of secret i's coordinates in the names arena.
+func (v repoView) secretNames(i int) int { return u32(v.b, v.sec+i*secretSize+44) }
+
+// sa is the offset of service account j in the entry.
+func (v repoView) sa(j int) int { return v.sec + v.secrets()*secretSize + j*saSize }
+
+func (v repoView) saVerified(j int) int64 { return i64(v.b, v.sa(j)) }
+func (v repoView) saNames(j int) int      { return u32(v.b, v.sa(j)+8) }
 
 func (v repoView) ref() []byte { return v.b[entryHeader : entryHeader+v.refLen()] }
 
@@ -272,29 +280,17 @@ func (v repoView) repo() []byte {
 	return v.b[o : o+v.repoLen()]
 }
 
-func (v repoView) coordsOffset() int {
-	return v.sec + v.secrets()*secretSize + v.serviceAccounts()*8
-}
-
 // coords calls fn with the coordinates of each secret (sa false) and then
 // each service account (sa true) until fn returns true; it reports
 // whether one did.
 func (v repoView) coords(fn func(i int, sa bool, ns, name, uid []byte) bool) bool {
-	o := v.coordsOffset()
-	field := func() []byte {
-		n, k := binary.Uvarint(v.b[o:])
-		s := v.b[o+k : o+k+int(n)]
-		o += k + int(n)
-		return s
+	for i := range v.secrets() {
+		if ns, name, uid := coordsAt(v.names, v.secretNames(i)); fn(i, false, ns, name, uid) {
+			return true
+		}
 	}
-	ns := v.secrets()
-	for i := range ns + v.serviceAccounts() {
-		a, b, c := field(), field(), field()
-		if i < ns {
-			if fn(i, false, a, b, c) {
-				return true
-			}
-		} else if fn(i-ns, true, a, b, c) {
+	for j := range v.serviceAccounts() {
+		if ns, name, uid := coordsAt(v.names, v.saNames(j)); fn(j, true, ns, name, uid) {
 			return true
 		}
 	}
@@ -302,14 +298,7 @@ func (v repoView) coords(fn func(i int, sa bool, ns, name, uid []byte) bool) boo
 }
 
 // size is the entry's length in bytes.
-func (v repoView) size() int {
-	o := v.coordsOffset()
-	for range 3 * (v.secrets() + v.serviceAccounts()) {
-		n, k := binary.Uvarint(v.b[o:])
-		o += k + int(n)
-	}
-	return o
-}
+func (v repoView) size() int { return v.sa(v.serviceAccounts()) }
 
 // sameObject reports whether coordinates are those of src.
 func sameObject(src credential.Source, ns, name, uid []byte) bool {
@@ -360,24 +349,24 @@ func groupIs(arena []byte, off int, ref string) bool {
 	return b[0] == kindGroup && groupView{b: b}.refIs(ref)
 }
 
-// entryIs returns the entry at off in arena if it is the one for (ref,
-// repo). It computes where the entry's parts are from the request before
+// entryIs returns the entry at off in t's arena if it is the one for
+// (ref, repo). It computes where the entry's parts are from the request before
 // it reads the header, and reads the first secret's hash first, so that
 // the cache lines it needs are fetched together.
-func entryIs(arena []byte, off int, ref, repo string) (repoView, bool) {
-	b := arena[off:]
+func entryIs(t *table, off int, ref, repo string) (repoView, bool) {
+	b := t.arena[off:]
 	if len(ref) == digestRefLen {
 		// Most likely a digest kept as its 32 bytes; a ref of that length
 		// in another form (upper case, say) is kept as it is.
-		if v, ok := entryWith(b, ref, repo, 32); ok || b[0] != kindEntry || b[2] != refRaw {
+		if v, ok := entryWith(b, t.names, ref, repo, 32); ok || b[0] != kindEntry || b[2] != refRaw {
 			return v, ok
 		}
 	}
-	return entryWith(b, ref, repo, len(ref))
+	return entryWith(b, t.names, ref, repo, len(ref))
 }
 
 // entryWith is entryIs for an entry whose ref takes refLen bytes.
-func entryWith(b []byte, ref, repo string, refLen int) (repoView, bool) {
+func entryWith(b, names []byte, ref, repo string, refLen int) (repoView, bool) {
 	sec := entryHeader + refLen + len(repo)
 	if sec > len(b) {
 		return repoView{}, false
@@ -392,30 +381,11 @@ func entryWith(b []byte, ref, repo string, refLen int) (repoView, bool) {
 	if !keyOK || b[0] != kindEntry || u32(b, 4) != refLen || u32(b, 8) != len(repo) {
 		return repoView{}, false
 	}
-	return repoView{b: b, sec: sec, first: first}, true
-}
-
-func coordsSize(ns, name, uid string) int {
-	return uvarintLen(len(ns)) + len(ns) + uvarintLen(len(name)) + len(name) + uvarintLen(len(uid)) + len(uid)
-}
-
-func uvarintLen(n int) int {
-	k := 1
-	for ; n >= 0x80; n >>= 7 {
-		k++
-	}
-	return k
+	return repoView{b: b, names: names, sec: sec, first: first}, true
 }
 
 func entrySize(refLen int, repo string, rr *RepositoryRecord) int {
-	n := entryHeader + len(rr.Secrets)*secretSize + len(rr.ServiceAccounts)*8 + refLen + len(repo)
-	for _, s := range rr.Secrets {
-		n += coordsSize(s.Namespace, s.Name, s.UID)
-	}
-	for _, sa := range rr.ServiceAccounts {
-		n += coordsSize(sa.Namespace, sa.Name, sa.UID)
-	}
-	return n
+	return entryHeader + refLen + len(repo) + len(rr.Secrets)*secretSize + len(rr.ServiceAccounts)*saSize
 }
 
 // groupSize is the arena bytes r takes.
@@ -432,9 +402,10 @@ func groupSize(r *ImageRecord) int {
 }
 
 // appendGroup appends r's group (of groupSize(r) bytes: size) to arena,
-// with its entries in the order of repos (r's repository names, sorted);
-// it appends to offs the offsets of the group and of its entries.
-func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, seed maphash.Seed) ([]byte, []int) {
+// with its entries in the order of repos (r's repository names, sorted),
+// and its coordinates to names; it appends to offs the offsets of the
+// group and of its entries.
+func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, names *nameSet) ([]byte, []int) {
 	kind, refLen := storedRef(r.ImageRef)
 	start := len(arena)
 	arena = growArena(arena, size)
@@ -476,26 +447,14 @@ func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []
 		for _, s := range rr.Secrets {
 			copy(e[p:], s.Hash[:])
 			putI64(e, p+32, unixNano(s.Verified))
-			putU32(e, p+40, int(coordsHash(seed, s.Namespace, s.Name, s.UID)))
+			putU32(e, p+40, int(coordsHash(names.seed, s.Namespace, s.Name, s.UID)))
+			putU32(e, p+44, names.intern(s.Namespace, s.Name, s.UID))
 			p += secretSize
 		}
 		for _, sa := range rr.ServiceAccounts {
 			putI64(e, p, unixNano(sa.Verified))
-			p += 8
-		}
-		put := func(s string) {
-			p += binary.PutUvarint(e[p:], uint64(len(s)))
-			p += copy(e[p:], s)
-		}
-		for _, s := range rr.Secrets {
-			put(s.Namespace)
-			put(s.Name)
-			put(s.UID)
-		}
-		for _, sa := range rr.ServiceAccounts {
-			put(sa.Namespace)
-			put(sa.Name)
-			put(sa.UID)
+			putU32(e, p+8, names.intern(sa.Namespace, sa.Name, sa.UID))
+			p += saSize
 		}
 		o += p
 	}
@@ -541,4 +500,34 @@ func (v repoView) record() *RepositoryRecord {
 		return false
 	})
 	return rr
+}
+
+// relinkNames rewrites the names offsets of g's entries with fn; g is a
+// copy no reader can see yet.
+func relinkNames(g groupView, fn func(off int) int) {
+	for it := g.entries(); it.next(); {
+		v := it.e
+		for i := range v.secrets() {
+			o := v.sec + i*secretSize + 44
+			putU32(v.b, o, fn(u32(v.b, o)))
+		}
+		for j := range v.serviceAccounts() {
+			o := v.sa(j) + 8
+			putU32(v.b, o, fn(u32(v.b, o)))
+		}
+	}
+}
+
+// namesBound is at most the bytes r's coordinates add to a names arena.
+func namesBound(r *ImageRecord) int {
+	n := 0
+	for _, rr := range r.Repositories {
+		for _, s := range rr.Secrets {
+			n += 3*binary.MaxVarintLen64 + len(s.Namespace) + len(s.Name) + len(s.UID)
+		}
+		for _, sa := range rr.ServiceAccounts {
+			n += 3*binary.MaxVarintLen64 + len(sa.Namespace) + len(sa.Name) + len(sa.UID)
+		}
+	}
+	return n
 }

@@ -135,7 +135,7 @@ func (g *genFile) write(gen uint64, sync bool) error {
 	if sync {
 		// fdatasync, as bbolt syncs: the file's size changes only at its
 		// first two writes, so this flushes the slot and no metadata.
-		if err := syscall.Fdatasync(int(g.f.Fd())); err != nil {
+		if err := datasync(g.f); err != nil {
 			return fmt.Errorf("failed to sync %s: %w", g.f.Name(), err)
 		}
 	}

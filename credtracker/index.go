@@ -16,9 +16,10 @@ import (
 // one uint64: 32 bits of the keyed hash (maphash, a random seed per
 // process) of (image ref, repository) as a tag, 32 bits of arena offset.
 // The arena holds each record as one contiguous group (see entry.go): the
-// image's header and ref, then one entry per repository with its secrets'
-// hashes and verification times inline, its repository name, then the
-// coordinates of its secrets and service accounts. A decision is one slot
+// image's header and ref, then one entry per repository with its ref and
+// repository name, its secrets' hashes and verification times inline, and
+// the offsets of its secrets' and service accounts' coordinates in the
+// names arena (coords.go), which holds each once. A decision is one slot
 // read and one read of a few adjacent arena lines, whose addresses are all
 // known from the slot: no pointer chasing, no per-request string.
 //
@@ -29,8 +30,10 @@ import (
 // the table, then a slot; an offset past its table's arena means a newer
 // table exists, and the reader loads it again. When garbage passes a
 // sixteenth of the live bytes or the slots fill, the writer builds a new
-// table and arena and swaps it in: amortized O(1), independent of the
-// record count.
+// table and arena, and names arena with only the coordinates still listed,
+// and swaps them in: amortized O(1), independent of the record count.
+// Coordinates no longer listed wait for that rebuild: each write leaves at
+// most its own coordinates behind, and a group as garbage.
 //
 // Writers are serialized (by the tracker's write lock, and by the index's
 // own), so a single table costs nothing in write concurrency. (An earlier
@@ -84,6 +87,8 @@ type indexState struct {
 	used    int // live and deleted slots
 	live    int // arena bytes of live groups
 	garbage int // arena bytes of replaced or deleted groups
+	// names is the names arena of the published table, with its set.
+	names *nameSet
 }
 
 // table is one published state of the index. Its fields never change; the
@@ -91,10 +96,12 @@ type indexState struct {
 type table struct {
 	slots []atomic.Uint64
 	arena []byte
+	names []byte // the names arena (coords.go) the arena's entries refer to
 }
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
+	x.s.names = newNameSet(x.seed, 0)
 	x.s.tab.Store(&table{slots: newSlots(8)})
 	return x
 }
@@ -186,7 +193,7 @@ func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
 		return repoView{}, false
 	}
 	x.probe(ref, repo, false, func(t *table, off int) bool {
-		v, ok = entryIs(t.arena, off, ref, repo)
+		v, ok = entryIs(t, off, ref, repo)
 		return ok
 	})
 	return v, ok
@@ -198,7 +205,7 @@ func (x *recordIndex) loadGroup(ref string) (groupView, bool) {
 	if off < 0 {
 		return groupView{}, false
 	}
-	return groupView{b: t.arena[off:]}, true
+	return groupView{b: t.arena[off:], names: t.names}, true
 }
 
 // load returns a copy of ref's record, or nil.
@@ -227,7 +234,7 @@ func (x *recordIndex) store(r *ImageRecord) {
 func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	need := 1 + len(r.Repositories)
 	t := s.tab.Load()
-	if s.live+s.garbage+size > maxArena {
+	if s.live+s.garbage+size > maxArena || len(s.names.b)+namesBound(r) > maxArena {
 		// A slot holds a 32-bit offset: past maxArena bytes the record
 		// cannot be placed. Its previous version must not stay (it may
 		// grant what the new one no longer does): the ref is left with no
@@ -251,11 +258,11 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	var one [1]string
 	repos := repoNames(r, &one)
 	var offsBuf [4]int
-	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], x.seed)
+	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], s.names)
 	if x.slowHook != nil && cap(arena) != cap(t.arena) {
 		x.slowHook()
 	}
-	t = &table{slots: t.slots, arena: arena}
+	t = &table{slots: t.slots, arena: arena, names: s.names.b}
 	s.tab.Store(t) // the group is readable before any slot points at it
 	s.ver.Add(1)
 	defer s.ver.Add(1)
@@ -377,11 +384,14 @@ func (x *recordIndex) tombstone(t *table, h uint64, off int) {
 }
 
 // rebuild replaces s's table by one of n slots whose arena holds only the
-// live groups of t, with room for arenaCap bytes; s.mu is held.
+// live groups of t, with room for arenaCap bytes, and whose names arena
+// only the coordinates they list; s.mu is held.
 func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
 	arenaCap = max(arenaCap, s.live)
 	nt := &table{slots: newSlots(n), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
+	names := newNameSet(x.seed, len(t.names))
+	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
 	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
 	for i := range t.slots {
 		v := t.slots[i].Load()
@@ -395,6 +405,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 		g := groupView{b: t.arena[off:]}
 		base := len(nt.arena)
 		nt.arena = append(nt.arena, g.b[:g.size()]...)
+		relinkNames(groupView{b: nt.arena[base:]}, relink)
 		hr := g.refHash(x.seed)
 		x.insert(s, nt, x.pairHash(hr, ""), base)
 		for it := g.entries(); it.next(); {
@@ -406,6 +417,11 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 	if x.slowHook != nil {
 		x.slowHook()
 	}
+	// The coordinates still listed, in a buffer with the same room as the
+	// arena's (the one they were gathered in had room for the old ones).
+	live := len(names.b)
+	names.b = append(newArena(live+2*live/garbageShare), names.b...)
+	nt.names, s.names = names.b, names
 	s.tab.Store(nt)
 }
 
@@ -446,7 +462,7 @@ func (x *recordIndex) each(fn func(groupView)) {
 		}
 		off := int(uint32(v)) - 1
 		if off < len(t.arena) && t.arena[off] == kindGroup {
-			fn(groupView{b: t.arena[off:]})
+			fn(groupView{b: t.arena[off:], names: t.names})
 		}
 	}
 }

@@ -19,7 +19,8 @@ type bulkPart struct {
 	size   int // bytes in chunks
 	slots  []pendingSlot
 	groups int
-	offs   []int // appendGroup's scratch
+	offs   []int    // appendGroup's scratch
+	names  *nameSet // the coordinates the part's groups refer to
 }
 
 // pendingSlot is a slot to fill once the groups are in the arena: the hash
@@ -44,7 +45,10 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 	base := p.size - len(c) // the chunk's offset in the part
 	var one [1]string
 	repos := repoNames(r, &one)
-	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], x.seed)
+	if p.names == nil {
+		p.names = newNameSet(x.seed, 0)
+	}
+	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], p.names)
 	hr := maphash.String(x.seed, r.ImageRef)
 	p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
 	for k, repo := range repos {
@@ -83,25 +87,41 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	if s.groups != 0 || s.garbage != 0 {
 		return errIndexNotEmpty
 	}
-	size, entries, groups := 0, 0, 0
+	size, entries, groups, names := 0, 0, 0, 0
 	for i := range parts {
 		size += parts[i].size
 		entries += len(parts[i].slots)
 		groups += parts[i].groups
+		if parts[i].names != nil {
+			names += len(parts[i].names.b)
+		}
 	}
 	if groups == 0 {
 		return nil
 	}
-	if size > maxArena {
+	if size > maxArena || names > maxArena {
 		return errIndexFull
 	}
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	t := &table{slots: newSlots(entries*1024/700 + 8), arena: newArena(size)}
+	t := &table{slots: newSlots(entries*1024/700 + 8), arena: newArena(size), names: newArena(names)}
 	for i := range parts {
 		base := len(t.arena)
 		for _, c := range parts[i].chunks {
 			t.arena = append(t.arena, c...)
+		}
+		// The part's groups refer to its own names arena, now at nbase in
+		// the table's.
+		if nbase := len(t.names); nbase > 0 {
+			relink := func(off int) int { return nbase + off }
+			for o := base; o < len(t.arena); {
+				g := groupView{b: t.arena[o:]}
+				relinkNames(g, relink)
+				o += g.size()
+			}
+		}
+		if parts[i].names != nil {
+			t.names = append(t.names, parts[i].names.b...)
 		}
 		for _, ps := range parts[i].slots {
 			x.insert(s, t, ps.h, base+ps.off)
@@ -110,6 +130,8 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	}
 	s.groups = groups
 	s.live = size
+	s.names = newNameSet(x.seed, 0)
+	s.names.index(t.names)
 	s.tab.Store(t)
 	return nil
 }

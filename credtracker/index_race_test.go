@@ -306,7 +306,7 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 			if repo == "" && groupIs(old.arena, off, ref) {
 				return off
 			}
-			if _, ok := entryIs(old.arena, off, ref, repo); repo != "" && ok {
+			if _, ok := entryIs(old, off, ref, repo); repo != "" && ok {
 				return off
 			}
 		}
@@ -316,7 +316,7 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 	hd, hr := maphash.String(x.seed, d.ImageRef), maphash.String(x.seed, r.ImageRef)
 	hp := x.pairHash(hr, repoR)
 	const n = 1024
-	nt := &table{slots: newSlots(n), arena: old.arena}
+	nt := &table{slots: newSlots(n), arena: old.arena, names: old.names}
 	h0 := home(hp, n)
 	nt.slots[h0].Store(hp&^(1<<32-1) | offTombstone)
 	nt.slots[(h0+1)%n].Store(slotValue(hp, offOf(d.ImageRef, repoD))) // R's tag, D's entry
@@ -367,7 +367,7 @@ func TestIndexReaderOvertakenByAReplaceDoesNotMiss(t *testing.T) {
 				if calls++; calls == 1 {
 					tc.write(x, next) // between the reader's slot loads
 				}
-				v, ok := entryIs(tab.arena, off, r.ImageRef, repo)
+				v, ok := entryIs(tab, off, r.ImageRef, repo)
 				got = v
 				return ok
 			}) != nil
@@ -388,7 +388,7 @@ func TestIndexReaderOvertakenByADeleteDoesNotFindIt(t *testing.T) {
 		if calls++; calls == 1 {
 			x.delete(r.ImageRef)
 		}
-		_, ok := entryIs(tab.arena, off, r.ImageRef, repo)
+		_, ok := entryIs(tab, off, r.ImageRef, repo)
 		return ok
 	}) != nil
 	require.Positive(t, calls)

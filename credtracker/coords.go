@@ -1,0 +1,131 @@
+package credtracker
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+)
+
+// The coordinates (namespace, name, uid) of the secrets and service
+// accounts that records list are few and shared: a tenant's pull secret
+// is listed by every image the tenant pulled with it. They are kept once
+// each, in a names arena beside the record arena, and an entry refers to
+// them by offset. The entries, which a decision reads, stay small: the
+// more of them fit in the CPU's caches, the fewer memory misses a
+// decision takes. A decision never reads coordinates; only a rotated
+// secret's or a service account's match, and copies of records, do.
+//
+// A names arena holds triples (namespace, name, uid), each field a uvarint
+// length and its bytes. Like the record arena, its bytes never change once
+// published: it grows by copying into a larger buffer (growArena), and is
+// rebuilt with only the coordinates still listed when the record arena is
+// (recordIndex.rebuild).
+
+// nameSet is a names arena with the writer's set of the triples in it,
+// so that a triple is written once. Not safe for concurrent use: it is the
+// writer's (guarded by the index's lock, or a start-up worker's own).
+type nameSet struct {
+	b     []byte   // the names arena
+	slots []uint32 // offset+1 of each triple in b, open addressing; 0 is empty
+	n     int      // triples in slots
+	seed  maphash.Seed
+	buf   []byte // the triple being interned, encoded
+}
+
+func newNameSet(seed maphash.Seed, arenaCap int) *nameSet {
+	return &nameSet{b: newArena(arenaCap), slots: make([]uint32, 16), seed: seed}
+}
+
+// intern returns the offset of the triple (ns, name, uid) in the arena,
+// appending it if it is not there.
+func (s *nameSet) intern(ns, name, uid string) int {
+	b := s.buf[:0]
+	b = binary.AppendUvarint(b, uint64(len(ns)))
+	b = append(b, ns...)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	b = binary.AppendUvarint(b, uint64(len(uid)))
+	b = append(b, uid...)
+	s.buf = b
+	return s.internEncoded(b)
+}
+
+// internEncoded is intern for an encoded triple (not one of s.b's bytes).
+func (s *nameSet) internEncoded(t []byte) int {
+	i := s.find(t)
+	if s.slots[i] != 0 {
+		return int(s.slots[i]) - 1
+	}
+	off := len(s.b)
+	s.b = append(growArena(s.b, len(t)), t...)
+	s.slots[i] = uint32(off + 1)
+	if s.n++; s.n*4 > len(s.slots)*3 {
+		s.grow()
+	}
+	return off
+}
+
+// find returns the slot of the triple t: the one holding it, or the empty
+// slot where it goes.
+func (s *nameSet) find(t []byte) int {
+	n := len(s.slots)
+	i := home(maphash.Bytes(s.seed, t), n)
+	for s.slots[i] != 0 && string(tripleAt(s.b, int(s.slots[i])-1)) != string(t) {
+		if i++; i == n {
+			i = 0
+		}
+	}
+	return i
+}
+
+// grow makes the set's slots a quarter more (not twice as many: the set
+// holds the triples no longer listed until the next rebuild, and memory
+// grows in small steps, like the arenas').
+func (s *nameSet) grow() {
+	old := s.slots
+	s.slots = make([]uint32, len(old)+len(old)/4)
+	for _, v := range old {
+		if v != 0 {
+			s.slots[s.find(tripleAt(s.b, int(v)-1))] = v
+		}
+	}
+}
+
+// index adds the triples of the arena b (as written by intern, one after
+// another, possibly with repeats) to an empty set whose arena b becomes.
+func (s *nameSet) index(b []byte) {
+	s.b = b
+	for o := 0; o < len(b); {
+		t := tripleAt(b, o)
+		if i := s.find(t); s.slots[i] == 0 { // else a repeat: the first copy is the set's
+			s.slots[i] = uint32(o + 1)
+			if s.n++; s.n*4 > len(s.slots)*3 {
+				s.grow()
+			}
+		}
+		o += len(t)
+	}
+}
+
+// tripleAt is the encoded triple at off in the names arena b.
+func tripleAt(b []byte, off int) []byte {
+	o := off
+	for range 3 {
+		n, k := binary.Uvarint(b[o:])
+		o += k + int(n)
+	}
+	return b[off:o]
+}
+
+// coordsAt returns the triple at off in the names arena b.
+func coordsAt(b []byte, off int) (ns, name, uid []byte) {
+	field := func() []byte {
+		n, k := binary.Uvarint(b[off:])
+		s := b[off+k : off+k+int(n)]
+		off += k + int(n)
+		return s
+	}
+	ns = field()
+	name = field()
+	uid = field()
+	return ns, name, uid
+}
