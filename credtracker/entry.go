@@ -322,7 +322,7 @@ func (v repoView) findServiceAccount(src credential.Source, fn func(j int) bool)
 
 // mayListSecret reports whether a secret at src's coordinates may be
 // listed: false means it is not (true may be a hash collision).
-func (v repoView) mayListSecret(seed maphash.Seed, src credential.Source) bool {
+func (v repoView) mayListSecret(seed maphash.Seed, src *credential.Source) bool {
 	h := coordsHash(seed, src.Namespace, src.Name, src.UID)
 	for i := range v.secrets() {
 		if v.coordsHash(i) == h {

@@ -37,10 +37,10 @@ func TestCoordinatesHashCollisionOnlySkipsRemembering(t *testing.T) {
 	rv, ok := tr.images.loadRepository(ref, repo)
 	require.True(t, ok)
 	require.Equal(t, 1, rv.secrets())
-	require.False(t, rv.mayListSecret(tr.images.seed, srcB))
+	require.False(t, rv.mayListSecret(tr.images.seed, &srcB))
 	// The collision, in place (no reader runs yet).
 	binary.LittleEndian.PutUint32(rv.b[rv.sec+40:], coordsHash(tr.images.seed, srcB.Namespace, srcB.Name, srcB.UID))
-	require.True(t, rv.mayListSecret(tr.images.seed, srcB))
+	require.True(t, rv.mayListSecret(tr.images.seed, &srcB))
 	before := tr.images.load(ref)
 
 	ask := func(h credential.Hash) Decision {

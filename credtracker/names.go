@@ -22,8 +22,7 @@ var ErrInvalidImageName = imageref.ErrInvalid
 // expression and allocates only when the name must be rewritten (Docker
 // Hub defaults added).
 func RepositoryName(image string) (string, error) {
-	r, err := imageref.Parse(image)
-	return r.Name, err
+	return imageref.Name(image)
 }
 
 // normalizedImage returns the repository name with the reference's tag or

@@ -170,7 +170,10 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 		for j := range nSecrets {
 			if rv.hashIs(j, h) && fresh(rv.secretVerified(j)) {
-				t.rememberCoordinates(req.ImageRef, repo, creds[i].Source, rv, j)
+				if src := &creds[i].Source; src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
+					!rv.mayListSecret(t.images.seed, src) {
+					t.rememberCoordinates(req.ImageRef, repo, *src, rv, j)
+				}
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 			}
 		}
@@ -233,12 +236,10 @@ func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 // because its content matched a registry-accepted hash, bound to that hash
 // and to the time the registry accepted it, so that a later rotation of
 // that secret is honoured (as the kubelet does). It is a write, done once
-// per secret and image; a failure is logged: the hash still matches.
+// per secret and image; a failure is logged: the hash still matches. The
+// caller (match) calls it for a secret with a namespace and a name whose
+// coordinates the entry does not list (mayListSecret).
 func (t *tracker) rememberCoordinates(ref, repo string, src credential.Source, rv repoView, j int) {
-	if src.Kind != credential.SourceSecret || src.Namespace == "" || src.Name == "" ||
-		rv.mayListSecret(t.images.seed, src) {
-		return
-	}
 	matched := SecretEntry{Hash: rv.secretHash(j), Verified: fromUnixNano(rv.secretVerified(j))}
 	t.writeMu.Lock()
 	defer t.writeMu.Unlock()

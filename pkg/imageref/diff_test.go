@@ -3,6 +3,7 @@ package imageref_test
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -51,6 +52,10 @@ func compare(t testing.TB, s string) {
 	want, werr := reference.ParseNormalizedNamed(s)
 	if (err == nil) != (werr == nil) {
 		t.Fatalf("Parse(%q): error %v, distribution/reference: %v", s, err, werr)
+	}
+	// Name, the decision path's entry, is Parse's name and error.
+	if name, nerr := imageref.Name(s); name != got.Name || fmt.Sprint(nerr) != fmt.Sprint(err) {
+		t.Fatalf("Name(%q) = %q, %v; Parse gives %q, %v", s, name, nerr, got.Name, err)
 	}
 	if werr != nil {
 		var e *imageref.Error

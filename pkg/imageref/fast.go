@@ -8,9 +8,13 @@ import "strings"
 // case, other digests, IPv6 hosts, every error) is left to parse, which
 // follows distribution/reference step by step. FuzzDifferential checks
 // both, as Parse calls this first.
-func parseFast(s string) (r Reference, ok bool) {
+//
+// It fills *r only when it reports ok (r is written in place: the
+// decision path calls it for every decision, and a Reference is ten
+// words).
+func parseFast(s string, r *Reference) bool {
 	if len(s) == 64 {
-		return r, false // could be a hexadecimal image ID
+		return false // could be a hexadecimal image ID
 	}
 	domain, body := DefaultDomain, s
 	inPlace := false
@@ -21,14 +25,14 @@ func parseFast(s string) (r Reference, ok bool) {
 			body = s[i+1:]
 		case first == localhost || hasDotOrColon(first):
 			if !fastDomain(first) {
-				return r, false
+				return false
 			}
 			domain, body, inPlace = first, s[i+1:], true
 		}
 	}
 	end, slash, ok := scanName(body)
 	if !ok {
-		return r, false
+		return false
 	}
 	name, rest := body[:end], body[end:]
 	var tag, dig string
@@ -39,13 +43,13 @@ func parseFast(s string) (r Reference, ok bool) {
 		}
 		tag, rest = rest[1:j], rest[j:]
 		if !validTag(tag) {
-			return r, false
+			return false
 		}
 	}
 	if rest != "" {
 		dig = rest[1:] // rest[0] is '@'
 		if !isSHA256(dig) {
-			return r, false
+			return false
 		}
 	}
 	prefix := ""
@@ -53,7 +57,7 @@ func parseFast(s string) (r Reference, ok bool) {
 		prefix = officialPrefix
 	}
 	if len(prefix)+len(name) > maxPathLength {
-		return r, false
+		return false
 	}
 	if inPlace && prefix == "" {
 		r.Name = s[:len(domain)+1+len(name)]
@@ -62,7 +66,7 @@ func parseFast(s string) (r Reference, ok bool) {
 	}
 	r.Domain, r.Path = domain, r.Name[len(domain)+1:]
 	r.Tag, r.Digest = tag, dig
-	return r, true
+	return true
 }
 
 // fastDomain accepts a lower-case domain name with an optional port:

@@ -88,7 +88,8 @@ func (r Reference) DockerRef() string {
 // It allocates nothing for a name that needs no rewriting (a registry host
 // and a path with at least one '/', such as "registry.example/team/app:v1").
 func Parse(s string) (Reference, error) {
-	if r, ok := parseFast(s); ok {
+	var r Reference
+	if parseFast(s, &r) {
 		return r, nil
 	}
 	r, c, remote := parse(s)
@@ -98,9 +99,22 @@ func Parse(s string) (Reference, error) {
 	return r, nil
 }
 
+// Name is the normalized repository name of s, Parse(s).Name, with
+// Parse's error. It is what the decision path needs of a name, without
+// copying the rest of a Reference.
+func Name(s string) (string, error) {
+	var r Reference
+	if parseFast(s, &r) {
+		return r.Name, nil
+	}
+	r, err := Parse(s)
+	return r.Name, err
+}
+
 // Valid reports whether Parse accepts s.
 func Valid(s string) bool {
-	if _, ok := parseFast(s); ok {
+	var r Reference
+	if parseFast(s, &r) {
 		return true
 	}
 	_, c, _ := parse(s)
