@@ -149,7 +149,7 @@ func forceRebuild(x *recordIndex) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tab.Load()
-	x.rebuild(s, t, len(t.slots), s.live)
+	x.rebuild(s, t, len(t.slots), len(t.gslots), s.live)
 }
 
 // installParts loads recs (distinct refs) into a new index through k

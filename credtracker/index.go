@@ -11,8 +11,10 @@ import (
 // decision: a uniform random decision among 100 000 records costs the
 // memory misses it takes, so it takes as few as it can.
 //
-// Records live in one open-addressing table (linear probing) and one byte
-// arena (arena.go). A slot is
+// Records live in two open-addressing slot tables (linear probing) over
+// one byte arena (arena.go): the entries' (image ref, repository: what a
+// decision looks up) and the groups' (image ref alone, repository ""), so
+// that the table every decision probes is half the size. A slot is
 // one uint64: 32 bits of the keyed hash (maphash, a random seed per
 // process) of (image ref, repository) as a tag, 32 bits of arena offset.
 // The arena holds each record as one contiguous group (see entry.go): the
@@ -82,27 +84,34 @@ type indexState struct {
 	// take O(n), leave it even: readers go on with the table they have.
 	ver atomic.Uint64
 	// Writer state, guarded by mu.
-	groups  int // live records
-	entries int // live slots
-	used    int // live and deleted slots
-	live    int // arena bytes of live groups
-	garbage int // arena bytes of replaced or deleted groups
+	groups  int        // live records
+	e, g    slotCounts // of the entries' slots and of the groups'
+	live    int        // arena bytes of live groups
+	garbage int        // arena bytes of replaced or deleted groups
 	// names is the names arena of the published table, with its set.
 	names *nameSet
 }
 
+// slotCounts counts a slot table's live slots, and its live and deleted
+// ones.
+type slotCounts struct{ entries, used int }
+
 // table is one published state of the index. Its fields never change; the
-// slots' values do, atomically.
+// slots' values do, atomically. The entries' slots (image ref and
+// repository, what a decision looks up) and the groups' (image ref alone)
+// are two tables: the one every decision probes is half the size, so more
+// of it stays in the CPU's caches.
 type table struct {
-	slots []atomic.Uint64
-	arena []byte
-	names []byte // the names arena (coords.go) the arena's entries refer to
+	slots  []atomic.Uint64 // the entries'
+	gslots []atomic.Uint64 // the groups'
+	arena  []byte
+	names  []byte // the names arena (coords.go) the arena's entries refer to
 }
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
 	x.s.names = newNameSet(x.seed, 0)
-	x.s.tab.Store(&table{slots: newSlots(8)})
+	x.s.tab.Store(&table{slots: newSlots(8), gslots: newSlots(8)})
 	return x
 }
 
@@ -140,11 +149,15 @@ func (x *recordIndex) probe(ref, repo string, writer bool, match func(t *table, 
 	for {
 		ver := s.ver.Load()
 		t := s.tab.Load()
-		n := len(t.slots)
+		sl := t.slots
+		if repo == "" {
+			sl = t.gslots
+		}
+		n := len(sl)
 		i := home(hp, n)
 		retry := false
 		for {
-			v := t.slots[i].Load()
+			v := sl[i].Load()
 			if v == slotEmpty {
 				break
 			}
@@ -244,15 +257,11 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 		x.marked(s, func() { x.remove(s, r.ImageRef) })
 		return
 	}
-	if (s.used+need)*1024 > len(t.slots)*maxLoad {
-		// Live and deleted slots fill the table: rebuild it, twice as
-		// large if live slots alone fill half of it, else as it is (the
-		// deleted slots are dropped).
-		n := len(t.slots)
-		if (s.entries+need)*2048 > n*maxLoad {
-			n = (s.entries+need)*2 + 8
-		}
-		x.rebuild(s, t, n, s.live+size)
+	if (s.e.used+need-1)*1024 > len(t.slots)*maxLoad || (s.g.used+1)*1024 > len(t.gslots)*maxLoad {
+		// Live and deleted slots fill a table: rebuild both, each twice
+		// as large if live slots alone fill half of it, else as it is
+		// (the deleted slots are dropped).
+		x.rebuild(s, t, rebuiltSize(len(t.slots), s.e.entries+need-1), rebuiltSize(len(t.gslots), s.g.entries+1), s.live+size)
 		t = s.tab.Load()
 	}
 	var one [1]string
@@ -262,7 +271,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	if x.slowHook != nil && cap(arena) != cap(t.arena) {
 		x.slowHook()
 	}
-	t = &table{slots: t.slots, arena: arena, names: s.names.b}
+	t = &table{slots: t.slots, gslots: t.gslots, arena: arena, names: s.names.b}
 	s.tab.Store(t) // the group is readable before any slot points at it
 	s.ver.Add(1)
 	defer s.ver.Add(1)
@@ -270,7 +279,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	// (the same probe sequence), and stays readable until the new one is.
 	old := x.insertGroup(s, t, x.pairHash(hr, ""), offs[0], r.ImageRef)
 	for i, repo := range repos {
-		x.insert(s, t, x.pairHash(hr, repo), offs[i+1])
+		insert(&s.e, t.slots, x.pairHash(hr, repo), offs[i+1])
 	}
 	s.groups++
 	s.live += size
@@ -283,14 +292,14 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 // (ref, "")) at the group at off, and returns the offset of ref's previous
 // group, or -1.
 func (x *recordIndex) insertGroup(s *indexState, t *table, h uint64, off int, ref string) (old int) {
-	n := len(t.slots)
+	n := len(t.gslots)
 	old, free := -1, -1
 	for i := home(h, n); ; {
-		v := t.slots[i].Load()
+		v := t.gslots[i].Load()
 		if v == slotEmpty {
 			if free < 0 {
 				free = i
-				s.used++
+				s.g.used++
 			}
 			break
 		}
@@ -305,22 +314,32 @@ func (x *recordIndex) insertGroup(s *indexState, t *table, h uint64, off int, re
 			i = 0
 		}
 	}
-	s.entries++
-	t.slots[free].Store(slotValue(h, off))
+	s.g.entries++
+	t.gslots[free].Store(slotValue(h, off))
 	return old
 }
 
-// insert points a free slot of h's probe sequence at off.
-func (x *recordIndex) insert(s *indexState, t *table, h uint64, off int) {
-	n := len(t.slots)
+// rebuiltSize is the size of a rebuilt slot table of n slots that must
+// hold live slots: twice live if they fill half of it, else n.
+func rebuiltSize(n, live int) int {
+	if live*2048 > n*maxLoad {
+		return live*2 + 8
+	}
+	return n
+}
+
+// insert points a free slot of h's probe sequence in sl at off, and
+// counts it in c.
+func insert(c *slotCounts, sl []atomic.Uint64, h uint64, off int) {
+	n := len(sl)
 	for i := home(h, n); ; {
-		v := t.slots[i].Load()
+		v := sl[i].Load()
 		if v == slotEmpty || uint32(v) == offTombstone {
 			if v == slotEmpty {
-				s.used++
+				c.used++
 			}
-			s.entries++
-			t.slots[i].Store(slotValue(h, off))
+			c.entries++
+			sl[i].Store(slotValue(h, off))
 			return
 		}
 		if i++; i == n {
@@ -343,13 +362,14 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 // hashes to hr; s.mu is held and s.ver odd.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
-	x.tombstone(t, x.pairHash(hr, ""), off)
+	tombstone(t.gslots, x.pairHash(hr, ""), off)
 	for it := g.entries(); it.next(); {
-		x.tombstone(t, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
+		tombstone(t.slots, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
 	}
 	size := g.size()
 	s.groups--
-	s.entries -= 1 + g.repos()
+	s.g.entries--
+	s.e.entries -= g.repos()
 	s.live -= size
 	s.garbage += size
 }
@@ -360,18 +380,18 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 func (x *recordIndex) compact(s *indexState) {
 	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
 		t := s.tab.Load()
-		x.rebuild(s, t, len(t.slots), s.live)
+		x.rebuild(s, t, len(t.slots), len(t.gslots), s.live)
 	}
 }
 
-// tombstone marks the slot pointing at off deleted.
-func (x *recordIndex) tombstone(t *table, h uint64, off int) {
-	n := len(t.slots)
+// tombstone marks the slot of sl pointing at off deleted.
+func tombstone(sl []atomic.Uint64, h uint64, off int) {
+	n := len(sl)
 	want := slotValue(h, off)
 	for i := home(h, n); ; {
-		v := t.slots[i].Load()
+		v := sl[i].Load()
 		if v == want {
-			t.slots[i].Store(h&^(1<<32-1) | offTombstone)
+			sl[i].Store(h&^(1<<32-1) | offTombstone)
 			return
 		}
 		if v == slotEmpty {
@@ -383,18 +403,20 @@ func (x *recordIndex) tombstone(t *table, h uint64, off int) {
 	}
 }
 
-// rebuild replaces s's table by one of n slots whose arena holds only the
-// live groups of t, with room for arenaCap bytes, and whose names arena
-// only the coordinates they list; s.mu is held.
-func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
-	n = max(n, (s.entries+1)*1024/maxLoad+1, 8)
+// rebuild replaces s's table by one of n entries' and gn groups' slots
+// whose arena holds only the live groups of t, with room for arenaCap
+// bytes, and whose names arena only the coordinates they list; s.mu is
+// held.
+func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
+	n = max(n, (s.e.entries+1)*1024/maxLoad+1, 8)
+	gn = max(gn, (s.g.entries+1)*1024/maxLoad+1, 8)
 	arenaCap = max(arenaCap, s.live)
-	nt := &table{slots: newSlots(n), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
+	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
 	names := newNameSet(x.seed, len(t.names))
 	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
-	s.used, s.entries, s.groups, s.live, s.garbage = 0, 0, 0, 0, 0
-	for i := range t.slots {
-		v := t.slots[i].Load()
+	s.e, s.g, s.groups, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0, 0
+	for i := range t.gslots {
+		v := t.gslots[i].Load()
 		if v == slotEmpty || uint32(v) == offTombstone {
 			continue
 		}
@@ -407,9 +429,9 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, arenaCap int) {
 		nt.arena = append(nt.arena, g.b[:g.size()]...)
 		relinkNames(groupView{b: nt.arena[base:]}, relink)
 		hr := g.refHash(x.seed)
-		x.insert(s, nt, x.pairHash(hr, ""), base)
+		insert(&s.g, nt.gslots, x.pairHash(hr, ""), base)
 		for it := g.entries(); it.next(); {
-			x.insert(s, nt, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
+			insert(&s.e, nt.slots, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
 		}
 		s.groups++
 		s.live += g.size()
@@ -455,8 +477,8 @@ func (x *recordIndex) len() int {
 // missed or seen twice: callers hold the tracker's write lock.
 func (x *recordIndex) each(fn func(groupView)) {
 	t := x.s.tab.Load()
-	for j := range t.slots {
-		v := t.slots[j].Load()
+	for j := range t.gslots {
+		v := t.gslots[j].Load()
 		if v == slotEmpty || uint32(v) == offTombstone {
 			continue
 		}

@@ -16,8 +16,9 @@ import (
 // fill for them, at offsets from the part's start.
 type bulkPart struct {
 	chunks [][]byte
-	size   int // bytes in chunks
-	slots  []pendingSlot
+	size   int           // bytes in chunks
+	slots  []pendingSlot // the entries'
+	gslots []pendingSlot // the groups'
 	groups int
 	offs   []int    // appendGroup's scratch
 	names  *nameSet // the coordinates the part's groups refer to
@@ -50,7 +51,7 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 	}
 	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], p.names)
 	hr := maphash.String(x.seed, r.ImageRef)
-	p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
+	p.gslots = append(p.gslots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
 	for k, repo := range repos {
 		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1]})
 	}
@@ -104,7 +105,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	}
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	t := &table{slots: newSlots(entries*1024/700 + 8), arena: newArena(size), names: newArena(names)}
+	t := &table{slots: newSlots(entries*1024/700 + 8), gslots: newSlots(groups*1024/700 + 8), arena: newArena(size), names: newArena(names)}
 	for i := range parts {
 		base := len(t.arena)
 		for _, c := range parts[i].chunks {
@@ -124,7 +125,10 @@ func (x *recordIndex) install(parts []bulkPart) error {
 			t.names = append(t.names, parts[i].names.b...)
 		}
 		for _, ps := range parts[i].slots {
-			x.insert(s, t, ps.h, base+ps.off)
+			insert(&s.e, t.slots, ps.h, base+ps.off)
+		}
+		for _, ps := range parts[i].gslots {
+			insert(&s.g, t.gslots, ps.h, base+ps.off)
 		}
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}

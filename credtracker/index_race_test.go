@@ -297,8 +297,12 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 	s := &x.s
 	old := s.tab.Load()
 	offOf := func(ref, repo string) int {
-		for i := range old.slots {
-			v := old.slots[i].Load()
+		sl := old.slots
+		if repo == "" {
+			sl = old.gslots
+		}
+		for i := range sl {
+			v := sl[i].Load()
 			if v == slotEmpty || uint32(v) == offTombstone {
 				continue
 			}
@@ -316,15 +320,15 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 	hd, hr := maphash.String(x.seed, d.ImageRef), maphash.String(x.seed, r.ImageRef)
 	hp := x.pairHash(hr, repoR)
 	const n = 1024
-	nt := &table{slots: newSlots(n), arena: old.arena, names: old.names}
+	nt := &table{slots: newSlots(n), gslots: newSlots(n), arena: old.arena, names: old.names}
 	h0 := home(hp, n)
 	nt.slots[h0].Store(hp&^(1<<32-1) | offTombstone)
 	nt.slots[(h0+1)%n].Store(slotValue(hp, offOf(d.ImageRef, repoD))) // R's tag, D's entry
 	nt.slots[(h0+2)%n].Store(slotValue(hp, offOf(r.ImageRef, repoR)))
-	s.used, s.entries = 3, 1
-	x.insert(s, nt, x.pairHash(hr, ""), offOf(r.ImageRef, ""))
-	x.insert(s, nt, x.pairHash(hd, ""), offOf(d.ImageRef, ""))
-	x.insert(s, nt, x.pairHash(hd, repoD), offOf(d.ImageRef, repoD))
+	s.e, s.g = slotCounts{used: 3, entries: 1}, slotCounts{}
+	insert(&s.g, nt.gslots, x.pairHash(hr, ""), offOf(r.ImageRef, ""))
+	insert(&s.g, nt.gslots, x.pairHash(hd, ""), offOf(d.ImageRef, ""))
+	insert(&s.e, nt.slots, x.pairHash(hd, repoD), offOf(d.ImageRef, repoD))
 	s.tab.Store(nt)
 	_, ok := x.loadRepository(d.ImageRef, repoD)
 	require.True(t, ok)
