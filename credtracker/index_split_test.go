@@ -245,9 +245,11 @@ func TestIndexOneTableChurn(t *testing.T) {
 			// Each round adds and deletes a record with no repository:
 			// the groups' table fills with deleted slots, the entries'
 			// table is never written.
-			name:  "groups' table: records without repositories come and go",
-			churn: func(i int) *ImageRecord { return &ImageRecord{ImageRef: fmt.Sprintf("raw-%d", i), Repositories: map[string]*RepositoryRecord{}} },
-			del:   true,
+			name: "groups' table: records without repositories come and go",
+			churn: func(i int) *ImageRecord {
+				return &ImageRecord{ImageRef: fmt.Sprintf("raw-%d", i), Repositories: map[string]*RepositoryRecord{}}
+			},
+			del: true,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
