@@ -326,3 +326,123 @@ func TestIndexTableOfOneKindFull(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexReadersNeverMissUnderOneTableChurn: lock-free readers look up
+// records that stay (their entry and their group) while a writer churns
+// one table only, rebuilding it again and again: a reader must never miss
+// either, since a missing entry or group makes the image look preloaded.
+func TestIndexReadersNeverMissUnderOneTableChurn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(x *recordIndex, i int)
+	}{
+		{"entries' table", func(x *recordIndex, i int) {
+			r := &ImageRecord{ImageRef: "churn", Repositories: map[string]*RepositoryRecord{}}
+			for _, repo := range manyRepos(1 + i%48) {
+				r.Repositories[repo] = &RepositoryRecord{NodeAccessible: true}
+			}
+			x.store(r)
+		}},
+		{"groups' table", func(x *recordIndex, i int) {
+			ref := fmt.Sprintf("raw-%d", i)
+			x.store(&ImageRecord{ImageRef: ref})
+			if i%4 != 3 { // a few stay, so that the table grows too
+				x.delete(ref)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := newRecordIndex()
+			repo := "registry.example/a/app"
+			stable := make([]string, 32)
+			for i := range stable {
+				stable[i] = benchRef(i)
+				x.store(&ImageRecord{ImageRef: stable[i], Repositories: map[string]*RepositoryRecord{repo: {NodeAccessible: true}}})
+			}
+			done := make(chan struct{})
+			errs := make(chan string, 2)
+			var reads atomic.Int64
+			for range 2 {
+				go func() {
+					for {
+						select {
+						case <-done:
+							errs <- ""
+							return
+						default:
+						}
+						for _, ref := range stable {
+							if _, ok := x.loadRepository(ref, repo); !ok {
+								errs <- "entry of " + ref + " missed"
+								return
+							}
+							if _, ok := x.loadGroup(ref); !ok {
+								errs <- "group of " + ref + " missed"
+								return
+							}
+						}
+						reads.Add(1)
+					}
+				}()
+			}
+			start := x.s.tab.Load()
+			// Until the readers have overlapped the writes a few times.
+			for i := 0; i < 4000 || reads.Load() < 8; i++ {
+				tc.write(x, i)
+			}
+			close(done)
+			for range 2 {
+				assert.Empty(t, <-errs)
+			}
+			assert.NotSame(t, start, x.s.tab.Load())
+			checkSplitTables(t, x, "end")
+		})
+	}
+}
+
+// TestIndexInstallAfterEmptiedByDeletes: an index emptied by deletes (and
+// compacted) takes the start-up install path again; both of the new
+// tables, and the counts, are the installed records'.
+func TestIndexInstallAfterEmptiedByDeletes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 13))
+	repos := manyRepos(4)
+	x := newRecordIndex()
+	for i := range 300 {
+		x.store(randomRecord(rng, benchRef(i), repos))
+	}
+	for i := range 300 {
+		x.delete(benchRef(i))
+	}
+	forceRebuild(x) // whatever garbage the deletes left below the compaction threshold
+	checkSplitTables(t, x, "emptied")
+	require.Zero(t, x.len())
+	model := map[string]*ImageRecord{}
+	var recs []*ImageRecord
+	var refs []string
+	for i := range 2000 {
+		r := randomRecord(rng, benchRef(10_000+i), repos)
+		if i%5 == 0 {
+			r = &ImageRecord{ImageRef: r.ImageRef, Repositories: map[string]*RepositoryRecord{}}
+		}
+		recs = append(recs, r)
+		refs = append(refs, r.ImageRef)
+		model[r.ImageRef] = r
+	}
+	before := x.s.tab.Load()
+	x.storeAll(recs)
+	assert.Equal(t, len(recs), x.len())
+	after := x.s.tab.Load()
+	require.NotSame(t, before, after)
+	assert.Equal(t, len(recs)*1024/700+8, len(after.gslots), "installed at once, not stored one by one")
+	checkSplitTables(t, x, "installed")
+	checkIndex(t, 0, x, model, refs, repos)
+	for i := range 200 { // written on: both tables grow from the installed counts
+		r := randomRecord(rng, refs[i], repos)
+		x.store(r)
+		model[r.ImageRef] = r
+		x.delete(refs[1000+i])
+		delete(model, refs[1000+i])
+	}
+	checkSplitTables(t, x, "written on")
+	checkIndex(t, 1, x, model, refs, repos)
+}
