@@ -446,3 +446,33 @@ func TestIndexInstallAfterEmptiedByDeletes(t *testing.T) {
 	checkSplitTables(t, x, "written on")
 	checkIndex(t, 1, x, model, refs, repos)
 }
+
+// TestIndexFullPathKeepsBothTablesConsistent: a record that does not fit
+// (maxArena, lowered here) drops its previous version from both tables,
+// leaves the counts right, and marks the index full; the other records
+// stay reachable through both tables.
+func TestIndexFullPathKeepsBothTablesConsistent(t *testing.T) {
+	saved := maxArena
+	t.Cleanup(func() { maxArena = saved })
+	repos := manyRepos(5)
+	x := newRecordIndex()
+	model := map[string]*ImageRecord{}
+	var refs []string
+	rng := rand.New(rand.NewPCG(4, 13))
+	for i := range 50 {
+		r := randomRecord(rng, benchRef(i), repos)
+		x.store(r)
+		model[r.ImageRef] = r
+		refs = append(refs, r.ImageRef)
+	}
+	maxArena = x.s.live + x.s.garbage // full: nothing more fits
+	for _, i := range []int{3, 17, 49} {
+		bigger := randomRecord(rng, refs[i], repos)
+		bigger.UnknownOrigin = "does not fit"
+		x.store(bigger)
+		delete(model, refs[i])
+		checkSplitTables(t, x, fmt.Sprintf("full, record %d", i))
+	}
+	assert.True(t, x.full.Load(), "a lost record marks the index full")
+	checkIndex(t, 0, x, model, refs, repos)
+}
