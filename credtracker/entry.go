@@ -48,6 +48,13 @@ const (
 	secretSize  = 32 + 8 + 4 + 4
 	saSize      = 8 + 4
 
+	// Offsets in a secret: its verification time, its coordinates hash,
+	// its names offset; in a service account: its names offset.
+	secretVerifiedAt = 32
+	secretCoordsAt   = 40
+	secretNamesAt    = 44
+	saNamesAt        = 8
+
 	flagNodeAccessible = 1
 
 	digestPrefix = "sha256:"
@@ -257,19 +264,19 @@ func (v repoView) secretHash(i int) credential.Hash {
 	return credential.Hash(v.b[o : o+32])
 }
 
-func (v repoView) secretVerified(i int) int64 { return i64(v.b, v.sec+i*secretSize+32) }
+func (v repoView) secretVerified(i int) int64 { return i64(v.b, v.sec+i*secretSize+secretVerifiedAt) }
 func (v repoView) coordsHash(i int) uint32 {
-	return uint32(u32(v.b, v.sec+i*secretSize+40))
+	return uint32(u32(v.b, v.sec+i*secretSize+secretCoordsAt))
 }
 
 // secretNames is the offset of secret i's coordinates in the names arena.
-func (v repoView) secretNames(i int) int { return u32(v.b, v.sec+i*secretSize+44) }
+func (v repoView) secretNames(i int) int { return u32(v.b, v.sec+i*secretSize+secretNamesAt) }
 
 // sa is the offset of service account j in the entry.
 func (v repoView) sa(j int) int { return v.sec + v.secrets()*secretSize + j*saSize }
 
 func (v repoView) saVerified(j int) int64 { return i64(v.b, v.sa(j)) }
-func (v repoView) saNames(j int) int      { return u32(v.b, v.sa(j)+8) }
+func (v repoView) saNames(j int) int      { return u32(v.b, v.sa(j)+saNamesAt) }
 
 func (v repoView) ref() []byte { return v.b[entryHeader : entryHeader+v.refLen()] }
 
@@ -446,14 +453,14 @@ func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []
 		p += copy(e[p:], repo)
 		for _, s := range rr.Secrets {
 			copy(e[p:], s.Hash[:])
-			putI64(e, p+32, unixNano(s.Verified))
-			putU32(e, p+40, int(coordsHash(names.seed, s.Namespace, s.Name, s.UID)))
-			putU32(e, p+44, names.intern(s.Namespace, s.Name, s.UID))
+			putI64(e, p+secretVerifiedAt, unixNano(s.Verified))
+			putU32(e, p+secretCoordsAt, int(coordsHash(names.seed, s.Namespace, s.Name, s.UID)))
+			putU32(e, p+secretNamesAt, names.intern(s.Namespace, s.Name, s.UID))
 			p += secretSize
 		}
 		for _, sa := range rr.ServiceAccounts {
 			putI64(e, p, unixNano(sa.Verified))
-			putU32(e, p+8, names.intern(sa.Namespace, sa.Name, sa.UID))
+			putU32(e, p+saNamesAt, names.intern(sa.Namespace, sa.Name, sa.UID))
 			p += saSize
 		}
 		o += p
@@ -508,11 +515,11 @@ func relinkNames(g groupView, fn func(off int) int) {
 	for it := g.entries(); it.next(); {
 		v := it.e
 		for i := range v.secrets() {
-			o := v.sec + i*secretSize + 44
+			o := v.sec + i*secretSize + secretNamesAt
 			putU32(v.b, o, fn(u32(v.b, o)))
 		}
 		for j := range v.serviceAccounts() {
-			o := v.sa(j) + 8
+			o := v.sa(j) + saNamesAt
 			putU32(v.b, o, fn(u32(v.b, o)))
 		}
 	}

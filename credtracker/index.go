@@ -84,10 +84,11 @@ type indexState struct {
 	// take O(n), leave it even: readers go on with the table they have.
 	ver atomic.Uint64
 	// Writer state, guarded by mu.
-	groups  int        // live records
-	e, g    slotCounts // of the entries' slots and of the groups'
-	live    int        // arena bytes of live groups
-	garbage int        // arena bytes of replaced or deleted groups
+	// e and g count the entries' slots and the groups'; a record has
+	// one group slot, so g.entries is the number of live records.
+	e, g    slotCounts
+	live    int // arena bytes of live groups
+	garbage int // arena bytes of replaced or deleted groups
 	// names is the names arena of the published table, with its set.
 	names *nameSet
 }
@@ -245,7 +246,7 @@ func (x *recordIndex) store(r *ImageRecord) {
 // change no record, so readers, who wait while it is marked, go on
 // meanwhile. The caller compacts after it (compact).
 func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
-	need := 1 + len(r.Repositories)
+	nRepos := len(r.Repositories) // the entry slots r takes, and one group slot
 	t := s.tab.Load()
 	if s.live+s.garbage+size > maxArena || len(s.names.b)+namesBound(r) > maxArena {
 		// A slot holds a 32-bit offset: past maxArena bytes the record
@@ -257,11 +258,11 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 		x.marked(s, func() { x.remove(s, r.ImageRef) })
 		return
 	}
-	if (s.e.used+need-1)*1024 > len(t.slots)*maxLoad || (s.g.used+1)*1024 > len(t.gslots)*maxLoad {
+	if (s.e.used+nRepos)*1024 > len(t.slots)*maxLoad || (s.g.used+1)*1024 > len(t.gslots)*maxLoad {
 		// Live and deleted slots fill a table: rebuild both, each twice
 		// as large if live slots alone fill half of it, else as it is
 		// (the deleted slots are dropped).
-		x.rebuild(s, t, rebuiltSize(len(t.slots), s.e.entries+need-1), rebuiltSize(len(t.gslots), s.g.entries+1), s.live+size)
+		x.rebuild(s, t, rebuiltSize(len(t.slots), s.e.entries+nRepos), rebuiltSize(len(t.gslots), s.g.entries+1), s.live+size)
 		t = s.tab.Load()
 	}
 	var one [1]string
@@ -281,7 +282,6 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	for i, repo := range repos {
 		insert(&s.e, t.slots, x.pairHash(hr, repo), offs[i+1])
 	}
-	s.groups++
 	s.live += size
 	if old >= 0 {
 		x.removeAt(s, t, old, hr)
@@ -367,7 +367,6 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 		tombstone(t.slots, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
 	}
 	size := g.size()
-	s.groups--
 	s.g.entries--
 	s.e.entries -= g.repos()
 	s.live -= size
@@ -414,7 +413,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
 	names := newNameSet(x.seed, len(t.names))
 	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
-	s.e, s.g, s.groups, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0, 0
+	s.e, s.g, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0
 	for i := range t.gslots {
 		v := t.gslots[i].Load()
 		if v == slotEmpty || uint32(v) == offTombstone {
@@ -433,7 +432,6 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 		for it := g.entries(); it.next(); {
 			insert(&s.e, nt.slots, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
 		}
-		s.groups++
 		s.live += g.size()
 	}
 	if x.slowHook != nil {
@@ -469,7 +467,7 @@ func (x *recordIndex) len() int {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.groups
+	return s.g.entries
 }
 
 // each calls fn for every record's header. The views

@@ -18,10 +18,9 @@ type bulkPart struct {
 	chunks [][]byte
 	size   int           // bytes in chunks
 	slots  []pendingSlot // the entries'
-	gslots []pendingSlot // the groups'
-	groups int
-	offs   []int    // appendGroup's scratch
-	names  *nameSet // the coordinates the part's groups refer to
+	gslots []pendingSlot // the groups', one per record
+	offs   []int         // appendGroup's scratch
+	names  *nameSet      // the coordinates the part's groups refer to
 }
 
 // pendingSlot is a slot to fill once the groups are in the arena: the hash
@@ -56,7 +55,6 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1]})
 	}
 	p.size += size
-	p.groups++
 }
 
 // repoNames returns r's repository names in the order of its group's
@@ -85,14 +83,14 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	s := &x.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.groups != 0 || s.garbage != 0 {
+	if s.g.entries != 0 || s.garbage != 0 {
 		return errIndexNotEmpty
 	}
 	size, entries, groups, names := 0, 0, 0, 0
 	for i := range parts {
 		size += parts[i].size
 		entries += len(parts[i].slots)
-		groups += parts[i].groups
+		groups += len(parts[i].gslots)
 		if parts[i].names != nil {
 			names += len(parts[i].names.b)
 		}
@@ -132,7 +130,6 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		}
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}
-	s.groups = groups
 	s.live = size
 	s.names = newNameSet(x.seed, 0)
 	s.names.index(t.names)

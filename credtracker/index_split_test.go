@@ -97,7 +97,7 @@ func checkSplitTables(t *testing.T, x *recordIndex, what string) {
 			entryOwner[off+it.pos] = off
 		}
 	}
-	require.Len(t, refs, s.groups, "%s: record count", what)
+	require.Len(t, refs, s.g.entries, "%s: record count", what)
 	require.Equal(t, live, s.live, "%s: live bytes", what)
 
 	// The entries' table: entries of live groups only, each once, each

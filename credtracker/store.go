@@ -251,7 +251,7 @@ type contents struct {
 func (c *contents) numRecords() int {
 	n := len(c.records)
 	for i := range c.prepared {
-		n += c.prepared[i].groups
+		n += len(c.prepared[i].gslots)
 	}
 	return n
 }

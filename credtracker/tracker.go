@@ -170,8 +170,7 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 		for j := range nSecrets {
 			if rv.hashIs(j, h) && fresh(rv.secretVerified(j)) {
-				if src := &creds[i].Source; src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
-					!rv.mayListSecret(t.images.seed, src) {
+				if src := &creds[i].Source; t.unlistedSecret(src, &rv) {
 					t.rememberCoordinates(req.ImageRef, repo, *src, rv, j)
 				}
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
@@ -232,13 +231,22 @@ func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 	return t.inflight[repo] > 0, len(t.intents) > 0
 }
 
+// unlistedSecret reports whether src, the source of a credential that
+// matched one of rv's hashes, is a secret (with a namespace and a name)
+// whose coordinates rv does not list yet: rememberCoordinates' case. It
+// takes pointers, and is checked before that call, because it runs on
+// every decision that matches by hash.
+func (t *tracker) unlistedSecret(src *credential.Source, rv *repoView) bool {
+	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
+		!rv.mayListSecret(t.images.seed, src)
+}
+
 // rememberCoordinates records the coordinates of a pull secret admitted
 // because its content matched a registry-accepted hash, bound to that hash
 // and to the time the registry accepted it, so that a later rotation of
 // that secret is honoured (as the kubelet does). It is a write, done once
-// per secret and image; a failure is logged: the hash still matches. The
-// caller (match) calls it for a secret with a namespace and a name whose
-// coordinates the entry does not list (mayListSecret).
+// per secret and image; a failure is logged: the hash still matches. It
+// is called for an unlistedSecret only.
 func (t *tracker) rememberCoordinates(ref, repo string, src credential.Source, rv repoView, j int) {
 	matched := SecretEntry{Hash: rv.secretHash(j), Verified: fromUnixNano(rv.secretVerified(j))}
 	t.writeMu.Lock()
