@@ -91,6 +91,8 @@ type indexState struct {
 	garbage int // arena bytes of replaced or deleted groups
 	// names is the names arena of the published table, with its set.
 	names *nameSet
+	// cellSeq numbers the cells' fillings (cells.go).
+	cellSeq uint64
 }
 
 // slotCounts counts a slot table's live slots, and its live and deleted
@@ -107,6 +109,7 @@ type table struct {
 	gslots []atomic.Uint64 // the groups'
 	arena  []byte
 	names  []byte // the names arena (coords.go) the arena's entries refer to
+	cells  []atomic.Uint64 // the decision's cells (cells.go)
 }
 
 func newRecordIndex() *recordIndex {
@@ -272,7 +275,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	if x.slowHook != nil && cap(arena) != cap(t.arena) {
 		x.slowHook()
 	}
-	t = &table{slots: t.slots, gslots: t.gslots, arena: arena, names: s.names.b}
+	t = &table{slots: t.slots, gslots: t.gslots, arena: arena, names: s.names.b, cells: t.cells}
 	s.tab.Store(t) // the group is readable before any slot points at it
 	s.ver.Add(1)
 	defer s.ver.Add(1)
@@ -286,6 +289,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	if old >= 0 {
 		x.removeAt(s, t, old, hr)
 	}
+	x.fillCells(s, t, offs[0], hr)
 }
 
 // insertGroup points a free slot of h's probe sequence (h is the hash of
@@ -362,6 +366,9 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 // hashes to hr; s.mu is held and s.ver odd.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
+	for it := g.entries(); it.next(); {
+		x.clearCell(t, hr, it.e) // before the entry goes
+	}
 	tombstone(t.gslots, x.pairHash(hr, ""), off)
 	for it := g.entries(); it.next(); {
 		tombstone(t.slots, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
@@ -410,7 +417,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	n = max(n, (s.e.entries+1)*1024/maxLoad+1, 8)
 	gn = max(gn, (s.g.entries+1)*1024/maxLoad+1, 8)
 	arenaCap = max(arenaCap, s.live)
-	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
+	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare), cells: newCells(s.e.entries + 1)}
 	names := newNameSet(x.seed, len(t.names))
 	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
 	s.e, s.g, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0
@@ -432,6 +439,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 		for it := g.entries(); it.next(); {
 			insert(&s.e, nt.slots, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
 		}
+		x.fillCells(s, nt, base, hr)
 		s.live += g.size()
 	}
 	if x.slowHook != nil {

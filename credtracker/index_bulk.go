@@ -130,6 +130,12 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		}
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}
+	t.cells = newCells(entries)
+	for o := 0; o < len(t.arena); {
+		g := groupView{b: t.arena[o:]}
+		x.fillCells(s, t, o, g.refHash(x.seed))
+		o += g.size()
+	}
 	s.live = size
 	s.names = newNameSet(x.seed, 0)
 	s.names.index(t.names)

@@ -1,7 +1,9 @@
 package credtracker
 
 import (
+	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +84,9 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
+	if t.maxAge <= 0 && req.Credentials != nil && t.decideByCell(req, repo) {
+		return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
+	}
 	rv, ok := t.images.loadRepository(req.ImageRef, repo)
 	if !ok {
 		if t.missHook != nil {
@@ -195,6 +200,38 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 	}
 	return deny(req, noMatch(expired))
+}
+
+// decideByCell reports whether the entry (req.ImageRef, repo) has a cell
+// (cells.go) that makes the pod's first credential a match, as match would
+// find it: the entry lists secrets and is not node accessible (so match
+// would ask for the pod's credentials), no expiry is configured, the first
+// credential with a hash has the hash of the entry's first secret, and if
+// it is a named pull secret, its coordinates are that secret's (so match
+// would not remember them). False means "decide from the arena".
+func (t *tracker) decideByCell(req Request, repo string) bool {
+	hr := maphash.String(t.images.seed, req.ImageRef)
+	hrepo := maphash.String(t.images.seed, repo)
+	c, seq := t.images.cellFind(hr, hrepo, req.ImageRef)
+	if c == nil {
+		return false
+	}
+	creds := req.Credentials()
+	for i := range creds {
+		h := &creds[i].Hash
+		if h.IsZero() {
+			continue
+		}
+		if c[cellCredAt].Load() != binary.LittleEndian.Uint64(h[:8]) {
+			return false
+		}
+		if src := &creds[i].Source; src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
+			uint32(c[cellCoordsAt].Load()) != coordsHash(t.images.seed, src.Namespace, src.Name, src.UID) {
+			return false
+		}
+		return cellStill(c, seq)
+	}
+	return false
 }
 
 // namedBy reports whether repo is the repository of one of names.
