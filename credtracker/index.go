@@ -108,7 +108,7 @@ type table struct {
 	slots  []atomic.Uint64 // the entries'
 	gslots []atomic.Uint64 // the groups'
 	arena  []byte
-	names  []byte // the names arena (coords.go) the arena's entries refer to
+	names  []byte          // the names arena (coords.go) the arena's entries refer to
 	cells  []atomic.Uint64 // the decision's cells (cells.go)
 }
 
