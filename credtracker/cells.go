@@ -101,28 +101,50 @@ func cellIs(c []atomic.Uint64, e repoView, hrepo uint64) bool {
 
 // fillCell gives e, an entry of the record of hash hr, a cell in t, if it
 // gets one and its window has room; s.mu is held.
-func (x *recordIndex) fillCell(s *indexState, t *table, hr uint64, e repoView) {
+func (x *recordIndex) fillCell(s *indexState, t *table, hr uint64, e repoView, private bool) {
+	if cellable(e) {
+		x.fillCellHashed(&s.cellSeq, t, hr, maphash.Bytes(x.seed, e.repo()), e, private)
+	}
+}
+
+// fillCellHashed is fillCell for an entry whose repository hashes to
+// hrepo. In a table no reader can see yet (private: a rebuild's, start-up's)
+// it writes the words plainly, which lets their cache misses overlap:
+// publishing the table (an atomic store) orders them before any reader's.
+func (x *recordIndex) fillCellHashed(seq *uint64, t *table, hr, hrepo uint64, e repoView, private bool) {
 	if !cellable(e) {
 		return
 	}
-	hrepo := maphash.Bytes(x.seed, e.repo())
 	w := cellWindowOf(t.cells, hr, hrepo)
 	for k := 0; k < len(w); k += cellWords {
 		c := w[k : k+cellWords]
 		if c[cellSeqAt].Load() != 0 {
 			continue
 		}
-		s.cellSeq++ // odd: being filled
-		c[cellSeqAt].Store(s.cellSeq)
 		ref := e.ref()
-		for j := range 4 {
-			c[cellRefAt+j].Store(binary.LittleEndian.Uint64(ref[8*j:]))
+		words := [cellWords]uint64{
+			cellRefAt:     binary.LittleEndian.Uint64(ref),
+			cellRefAt + 1: binary.LittleEndian.Uint64(ref[8:]),
+			cellRefAt + 2: binary.LittleEndian.Uint64(ref[16:]),
+			cellRefAt + 3: binary.LittleEndian.Uint64(ref[24:]),
+			cellRepoAt:    hrepo,
+			cellCredAt:    binary.LittleEndian.Uint64(e.b[e.sec:]),
+			cellCoordsAt:  uint64(e.coordsHash(0)),
 		}
-		c[cellRepoAt].Store(hrepo)
-		c[cellCredAt].Store(binary.LittleEndian.Uint64(e.b[e.sec:]))
-		c[cellCoordsAt].Store(uint64(e.coordsHash(0)))
-		s.cellSeq++
-		c[cellSeqAt].Store(s.cellSeq)
+		if private {
+			raw := (*[cellWords]uint64)(unsafe.Pointer(&c[0]))
+			*seq += 2
+			words[cellSeqAt] = *seq
+			*raw = words
+			return
+		}
+		*seq++ // odd: being filled
+		c[cellSeqAt].Store(*seq)
+		for j := cellSeqAt + 1; j < cellWords; j++ {
+			c[j].Store(words[j])
+		}
+		*seq++
+		c[cellSeqAt].Store(*seq)
 		return
 	}
 }
@@ -142,9 +164,9 @@ func (x *recordIndex) clearCell(t *table, hr uint64, e repoView) {
 }
 
 // fillCells gives the entries of the group at off in t their cells.
-func (x *recordIndex) fillCells(s *indexState, t *table, off int, hr uint64) {
+func (x *recordIndex) fillCells(s *indexState, t *table, off int, hr uint64, private bool) {
 	for it := (groupView{b: t.arena[off:]}).entries(); it.next(); {
-		x.fillCell(s, t, hr, it.e)
+		x.fillCell(s, t, hr, it.e, private)
 	}
 }
 

@@ -289,7 +289,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	if old >= 0 {
 		x.removeAt(s, t, old, hr)
 	}
-	x.fillCells(s, t, offs[0], hr)
+	x.fillCells(s, t, offs[0], hr, false)
 }
 
 // insertGroup points a free slot of h's probe sequence (h is the hash of
@@ -439,7 +439,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 		for it := g.entries(); it.next(); {
 			insert(&s.e, nt.slots, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
 		}
-		x.fillCells(s, nt, base, hr)
+		x.fillCells(s, nt, base, hr, true)
 		s.live += g.size()
 	}
 	if x.slowHook != nil {

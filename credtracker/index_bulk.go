@@ -28,6 +28,8 @@ type bulkPart struct {
 type pendingSlot struct {
 	h   uint64
 	off int
+	// An entry's ref and repository hashes, for its cell (cells.go).
+	hr, hrepo uint64
 }
 
 // bulkChunk is the size of a part's chunks.
@@ -52,7 +54,8 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 	hr := maphash.String(x.seed, r.ImageRef)
 	p.gslots = append(p.gslots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
 	for k, repo := range repos {
-		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1]})
+		hrepo := maphash.String(x.seed, repo)
+		p.slots = append(p.slots, pendingSlot{h: mix(hr, hrepo), off: base + p.offs[k+1], hr: hr, hrepo: hrepo})
 	}
 	p.size += size
 }
@@ -103,7 +106,23 @@ func (x *recordIndex) install(parts []bulkPart) error {
 	}
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	t := &table{slots: newSlots(entries*1024/700 + 8), gslots: newSlots(groups*1024/700 + 8), arena: newArena(size), names: newArena(names)}
+	t := &table{slots: newSlots(entries*1024/700 + 8), gslots: newSlots(groups*1024/700 + 8), arena: newArena(size), names: newArena(names), cells: newCells(entries)}
+	// The cells are filled by a second goroutine, part by part, once a
+	// part's groups are in place: they take as long as the slots.
+	type placed struct {
+		arena []byte
+		base  int
+		slots []pendingSlot
+	}
+	ready := make(chan placed, len(parts))
+	var filling sync.WaitGroup
+	filling.Go(func() {
+		for p := range ready {
+			for _, ps := range p.slots {
+				x.fillCellHashed(&s.cellSeq, t, ps.hr, ps.hrepo, entryAt(p.arena[p.base+ps.off:], nil), true)
+			}
+		}
+	})
 	for i := range parts {
 		base := len(t.arena)
 		for _, c := range parts[i].chunks {
@@ -122,6 +141,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		if parts[i].names != nil {
 			t.names = append(t.names, parts[i].names.b...)
 		}
+		ready <- placed{arena: t.arena, base: base, slots: parts[i].slots}
 		for _, ps := range parts[i].slots {
 			insert(&s.e, t.slots, ps.h, base+ps.off)
 		}
@@ -130,15 +150,11 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		}
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}
-	t.cells = newCells(entries)
-	for o := 0; o < len(t.arena); {
-		g := groupView{b: t.arena[o:]}
-		x.fillCells(s, t, o, g.refHash(x.seed))
-		o += g.size()
-	}
 	s.live = size
 	s.names = newNameSet(x.seed, 0)
 	s.names.index(t.names)
+	close(ready)
+	filling.Wait() // the cells are filled before the table is published
 	s.tab.Store(t)
 	return nil
 }
