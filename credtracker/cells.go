@@ -57,12 +57,39 @@ const (
 	cellCoordsAt = 7
 )
 
-// newCells returns the cells for about entries entries: an eighth more
-// cells than entries, and a window's worth at the end so that no window
-// wraps.
+// newCells returns the cells for entries entries: an eighth more cells
+// than entries (95% of entries then have a cell; a quarter more would
+// give 98% for 8 more bytes per entry), and a window's worth at the end
+// so that no window wraps. The writer makes them anew when the entries
+// have grown by a sixteenth since (growCells).
 func newCells(entries int) []atomic.Uint64 {
 	m := entries + entries/8 + 1
 	return make([]atomic.Uint64, (m+cellWindow-1)*cellWords)
+}
+
+// growCells makes t's cells anew for s's entries when they have grown by
+// a sixteenth since the cells were made: an O(n) step every n/16 new
+// entries, amortized O(1) per write. s.mu is held; readers go on with the
+// cells they hold, which the writer no longer changes.
+func (x *recordIndex) growCells(s *indexState) {
+	if s.e.entries <= s.cellsFor+s.cellsFor/16+8 {
+		return
+	}
+	t := s.tab.Load()
+	nt := &table{slots: t.slots, gslots: t.gslots, arena: t.arena, names: t.names, cells: newCells(s.e.entries)}
+	for i := range t.gslots {
+		v := t.gslots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			continue
+		}
+		off := int(uint32(v)) - 1
+		x.fillCells(s, nt, off, (groupView{b: t.arena[off:]}).refHash(x.seed), true)
+	}
+	if x.slowHook != nil {
+		x.slowHook()
+	}
+	s.cellsFor = s.e.entries
+	s.tab.Store(nt)
 }
 
 // cellHomes is the number of cells a window may start at.
@@ -73,15 +100,31 @@ func cellable(e repoView) bool {
 	return e.b[2] == refDigest && e.secrets() > 0 && !e.nodeAccessible()
 }
 
-// cellWindowOf returns the window of (ref, repo), whose hashes are hr
-// and hrepo, in cells (nil if there are none).
-func cellWindowOf(cells []atomic.Uint64, hr, hrepo uint64) []atomic.Uint64 {
+// cellWindows returns the two windows of (ref, repo), whose hashes are hr
+// and hrepo, in cells (nil if there are none): the cell of an entry is in
+// one of them, so that an entry whose first window is full has a second
+// chance (with one window, one entry in eight had none).
+func cellWindows(cells []atomic.Uint64, hr, hrepo uint64) (a, b []atomic.Uint64) {
 	n := cellHomes(cells)
 	if n <= 0 {
-		return nil
+		return nil, nil
 	}
-	i := home(mix(hr, hrepo), n)
-	return cells[i*cellWords : (i+cellWindow)*cellWords]
+	h := mix(hr, hrepo)
+	i, j := home(h, n), home(h>>32, n)
+	return cells[i*cellWords : (i+cellWindow)*cellWords], cells[j*cellWords : (j+cellWindow)*cellWords]
+}
+
+// emptyCells returns the number of empty cells in the window w and the
+// first of them.
+func emptyCells(w []atomic.Uint64) (n int, first []atomic.Uint64) {
+	for k := 0; k < len(w); k += cellWords {
+		if c := w[k : k+cellWords]; c[cellSeqAt].Load() == 0 {
+			if n++; n == 1 {
+				first = c
+			}
+		}
+	}
+	return n, first
 }
 
 // cellIs reports whether the cell c (the writer's: no sequence check)
@@ -115,12 +158,16 @@ func (x *recordIndex) fillCellHashed(seq *uint64, t *table, hr, hrepo uint64, e 
 	if !cellable(e) {
 		return
 	}
-	w := cellWindowOf(t.cells, hr, hrepo)
-	for k := 0; k < len(w); k += cellWords {
-		c := w[k : k+cellWords]
-		if c[cellSeqAt].Load() != 0 {
-			continue
-		}
+	// The emptier of the two windows: the windows fill evenly.
+	wa, wb := cellWindows(t.cells, hr, hrepo)
+	na, c := emptyCells(wa)
+	if nb, cb := emptyCells(wb); nb > na {
+		c = cb
+	}
+	if c == nil {
+		return // no room: the entry is decided from the arena
+	}
+	{
 		ref := e.ref()
 		words := [cellWords]uint64{
 			cellRefAt:     binary.LittleEndian.Uint64(ref),
@@ -155,10 +202,12 @@ func (x *recordIndex) clearCell(t *table, hr uint64, e repoView) {
 		return
 	}
 	hrepo := maphash.Bytes(x.seed, e.repo())
-	w := cellWindowOf(t.cells, hr, hrepo)
-	for k := 0; k < len(w); k += cellWords {
-		if c := w[k : k+cellWords]; cellIs(c, e, hrepo) {
-			c[cellSeqAt].Store(0)
+	wa, wb := cellWindows(t.cells, hr, hrepo)
+	for _, w := range [2][]atomic.Uint64{wa, wb} {
+		for k := 0; k < len(w); k += cellWords {
+			if c := w[k : k+cellWords]; cellIs(c, e, hrepo) {
+				c[cellSeqAt].Store(0)
+			}
 		}
 	}
 }
@@ -178,11 +227,18 @@ func (x *recordIndex) cellFind(hr, hrepo uint64, ref string) (c []atomic.Uint64,
 	if len(ref) != digestRefLen || ref[:len(digestPrefix)] != digestPrefix {
 		return nil, 0
 	}
-	w := cellWindowOf(x.s.tab.Load().cells, hr, hrepo)
+	wa, wb := cellWindows(x.s.tab.Load().cells, hr, hrepo)
+	if wa == nil {
+		return nil, 0
+	}
 	// A read-only view of the request's 64 hex digits.
 	h := unsafe.Slice(unsafe.StringData(ref[len(digestPrefix):]), 64)
-	for k := 0; k < len(w); k += cellWords {
-		c := w[k : k+cellWords]
+	for k := 0; k < 2*cellWindow*cellWords; k += cellWords {
+		w, o := wa, k
+		if k >= cellWindow*cellWords {
+			w, o = wb, k-cellWindow*cellWords
+		}
+		c := w[o : o+cellWords]
 		seq := c[cellSeqAt].Load()
 		if seq == 0 || seq&1 != 0 || c[cellRepoAt].Load() != hrepo {
 			continue

@@ -91,8 +91,10 @@ type indexState struct {
 	garbage int // arena bytes of replaced or deleted groups
 	// names is the names arena of the published table, with its set.
 	names *nameSet
-	// cellSeq numbers the cells' fillings (cells.go).
-	cellSeq uint64
+	// cellSeq numbers the cells' fillings (cells.go); cellsFor is the
+	// number of entries the cells were made for.
+	cellSeq  uint64
+	cellsFor int
 }
 
 // slotCounts counts a slot table's live slots, and its live and deleted
@@ -290,6 +292,7 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 		x.removeAt(s, t, old, hr)
 	}
 	x.fillCells(s, t, offs[0], hr, false)
+	x.growCells(s)
 }
 
 // insertGroup points a free slot of h's probe sequence (h is the hash of
@@ -418,6 +421,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	gn = max(gn, (s.g.entries+1)*1024/maxLoad+1, 8)
 	arenaCap = max(arenaCap, s.live)
 	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare), cells: newCells(s.e.entries + 1)}
+	s.cellsFor = s.e.entries + 1
 	names := newNameSet(x.seed, len(t.names))
 	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
 	s.e, s.g, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0

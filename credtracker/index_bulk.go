@@ -151,6 +151,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}
 	s.live = size
+	s.cellsFor = entries
 	s.names = newNameSet(x.seed, 0)
 	s.names.index(t.names)
 	close(ready)

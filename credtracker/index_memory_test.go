@@ -16,7 +16,7 @@ import (
 // buffers, whole, and the names set.
 func indexBytes(x *recordIndex) int {
 	t := x.s.tab.Load()
-	return cap(t.arena) + cap(t.names) + 8*len(t.slots) + 8*len(t.gslots) + 4*len(x.s.names.slots)
+	return cap(t.arena) + cap(t.names) + 8*len(t.slots) + 8*len(t.gslots) + 4*len(x.s.names.slots) + 8*len(t.cells)
 }
 
 // TestIndexMemoryStaysBounded: records replaced, added and deleted for a
