@@ -83,6 +83,9 @@ func (x *recordIndex) growCells(s *indexState) {
 			continue
 		}
 		off := int(uint32(v)) - 1
+		if off >= len(t.arena) || t.arena[off] != kindGroup {
+			continue
+		}
 		x.fillCells(s, nt, off, (groupView{b: t.arena[off:]}).refHash(x.seed), true)
 	}
 	if x.slowHook != nil {

@@ -210,6 +210,9 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 // it is a named pull secret, its coordinates are that secret's (so match
 // would not remember them). False means "decide from the arena".
 func (t *tracker) decideByCell(req Request, repo string) bool {
+	if repo == "" {
+		return false // never an entry's (loadRepository)
+	}
 	hr := maphash.String(t.images.seed, req.ImageRef)
 	hrepo := maphash.String(t.images.seed, repo)
 	c, seq := t.images.cellFind(hr, hrepo, req.ImageRef)
