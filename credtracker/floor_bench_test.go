@@ -40,6 +40,32 @@ func BenchmarkMemoryFloor(b *testing.B) {
 	}
 }
 
+// BenchmarkMemoryLatency is what one random read costs this machine, by
+// the size of the memory it is drawn from: each read of one line waits
+// for the one before. Where the curve turns (between 8 and 16 MB on this
+// VM, whose last-level cache is shared) is why the decision reads 7 MB of
+// cells rather than the 18 MB arena at 100 000 records (cells.go).
+func BenchmarkMemoryLatency(b *testing.B) {
+	for _, mb := range []int{1, 4, 8, 16, 32, 64} {
+		buf := make([]uint64, mb<<20/8)
+		for i := range buf {
+			buf[i] = uint64(i)
+		}
+		rng := rand.New(rand.NewPCG(7, uint64(mb)))
+		order := make([]uint32, benchOrderLen)
+		for i := range order {
+			order[i] = uint32(rng.IntN(len(buf)/8)) * 8 // a line's first word
+		}
+		b.Run(fmt.Sprintf("MB=%d", mb), func(b *testing.B) {
+			var sink uint64
+			for i := 0; i < b.N; i++ {
+				sink += buf[order[i&(benchOrderLen-1)]^uint32(sink&1)]
+			}
+			benchSink += uint(sink)
+		})
+	}
+}
+
 // BenchmarkDecideParts splits the decision at 100 000 records into its
 // steps, each timed with the steps before it and the harness (ns/op
 // includes them all; subtract the row above): the harness (building the
