@@ -1,0 +1,341 @@
+package credtracker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"strings"
+
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+)
+
+// The decision's cells (cells.go) are a second copy of the plain entries
+// that a decision may admit by without reading the arena. These tests
+// check that a cell never admits what the arena would refuse: every valid
+// cell copies a live, cellable entry exactly (checkCells), a decision
+// with cells is the decision without them, a revoked secret, another
+// tenant, another repository or another digest is never admitted by a
+// cell, and a revoking write is final for every decision after it.
+
+// checkCells checks every valid cell of x's published table against the
+// records of model (ref -> record): the cell's ref is a model record's,
+// in its digest form; its repository hash is exactly one of that record's
+// repositories', whose entry is cellable (at least one secret, not node
+// accessible); its credential and coordinates are that entry's first
+// secret's; it lies in the entry's window; no entry has two cells.
+func checkCells(t *testing.T, x *recordIndex, model map[string]*ImageRecord, what string) (valid int) {
+	t.Helper()
+	s := &x.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cells := s.tab.Load().cells
+	require.Zero(t, len(cells)%cellWords, "%s: cells are whole", what)
+	seen := map[[5]uint64]int{}
+	for i := 0; i < len(cells)/cellWords; i++ {
+		c := cells[i*cellWords : (i+1)*cellWords]
+		seq := c[cellSeqAt].Load()
+		if seq == 0 {
+			continue
+		}
+		valid++
+		require.Zero(t, seq&1, "%s: cell %d left half written", what, i)
+		require.LessOrEqual(t, seq, s.cellSeq, "%s: cell %d's sequence number was never issued", what, i)
+		var raw [32]byte
+		var key [5]uint64
+		for j := range 4 {
+			key[j] = c[cellRefAt+j].Load()
+			binary.LittleEndian.PutUint64(raw[8*j:], key[j])
+		}
+		key[4] = c[cellRepoAt].Load()
+		prev, dup := seen[key]
+		require.False(t, dup, "%s: cells %d and %d copy the same entry", what, prev, i)
+		seen[key] = i
+		ref := digestPrefix + hex.EncodeToString(raw[:])
+		rec := model[ref]
+		require.NotNil(t, rec, "%s: cell %d copies %s, which has no record", what, i, ref)
+		var repos []string
+		for repo := range rec.Repositories {
+			if maphash.String(x.seed, repo) == key[4] {
+				repos = append(repos, repo)
+			}
+		}
+		require.Len(t, repos, 1, "%s: cell %d's repository hash is one repository of %s", what, i, ref)
+		rr := rec.Repositories[repos[0]]
+		require.False(t, rr.NodeAccessible, "%s: cell %d copies a node-accessible entry", what, i)
+		require.NotEmpty(t, rr.Secrets, "%s: cell %d copies an entry with no secret", what, i)
+		s0 := rr.Secrets[0]
+		assert.Equal(t, binary.LittleEndian.Uint64(s0.Hash[:8]), c[cellCredAt].Load(), "%s: cell %d's credential is the entry's first secret's", what, i)
+		assert.Equal(t, uint64(coordsHash(x.seed, s0.Namespace, s0.Name, s0.UID)), c[cellCoordsAt].Load(), "%s: cell %d's coordinates are the first secret's", what, i)
+		h := home(mix(maphash.String(x.seed, ref), key[4]), cellHomes(cells))
+		assert.True(t, i >= h && i < h+cellWindow, "%s: cell %d outside its entry's window [%d, %d)", what, i, h, h+cellWindow)
+	}
+	return valid
+}
+
+var cellEpoch = time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+
+// cellRepos are the repositories of the cells' tests.
+var cellRepos = manyRepos(4)
+
+// rawRef returns a ref of a digest's length that is not a digest in
+// canonical form (kept raw by the index).
+func rawRef(i int) string { return strings.ToUpper(benchRef(i)) }
+
+// TestCellsCopyLiveEntries drives random stores, replaces, deletes,
+// forced rebuilds, growth and start-up installs over records of several
+// repositories and secrets, node-accessible entries and raw refs, and
+// checks every cell against the model after each step.
+func TestCellsCopyLiveEntries(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		seed  uint64
+		refs  int
+		steps int
+	}{
+		{"few records, much churn", 1, 40, 1500},
+		{"growth and rebuilds", 2, 600, 1500},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(tc.seed, 13))
+			refOf := func(i int) string {
+				if i%7 == 3 {
+					return rawRef(i)
+				}
+				return benchRef(i)
+			}
+			x := newRecordIndex()
+			model := map[string]*ImageRecord{}
+			var initial []*ImageRecord
+			for i := range tc.refs / 2 {
+				r := randomRecord(rng, refOf(i), cellRepos)
+				initial = append(initial, r)
+				model[r.ImageRef] = r
+			}
+			x.storeAll(initial) // the start-up install
+			cells := checkCells(t, x, model, "installed")
+			assert.Positive(t, cells, "the install made cells")
+			maxCells := cells
+			for step := range tc.steps {
+				ref := refOf(rng.IntN(tc.refs))
+				switch op := rng.IntN(20); {
+				case op < 13:
+					r := randomRecord(rng, ref, cellRepos)
+					x.store(r)
+					model[ref] = r
+				case op < 18:
+					x.delete(ref)
+					delete(model, ref)
+				case op < 19:
+					forceRebuild(x)
+				default: // emptied, then installed again
+					for r := range model {
+						x.delete(r)
+					}
+					model = map[string]*ImageRecord{}
+					var recs []*ImageRecord
+					for i := range 1 + rng.IntN(tc.refs) {
+						r := randomRecord(rng, refOf(i), cellRepos)
+						recs = append(recs, r)
+						model[r.ImageRef] = r
+					}
+					x.storeAll(recs)
+				}
+				maxCells = max(maxCells, checkCells(t, x, model, fmt.Sprintf("step %d", step)))
+				if t.Failed() {
+					return
+				}
+			}
+			assert.Greater(t, maxCells, tc.refs/8, "the cells were in use")
+		})
+	}
+}
+
+// cellTracker returns a tracker over a new directory, with a fake clock.
+func cellTracker(t *testing.T, clock *clocktesting.FakeClock) *tracker {
+	t.Helper()
+	tr, err := New(context.Background(), Config{Dir: t.TempDir()}, nil, WithClock(clock), WithLogger(klog.Background().V(10)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tr.Close() })
+	return tr.(*tracker)
+}
+
+// cellHash returns the k-th credential hash of the cells' tests: distinct
+// in their first 8 bytes.
+func cellHash(k int) credential.Hash {
+	var h credential.Hash
+	h[0], h[5], h[31] = byte(k+1), 0x5c, byte(k)
+	return h
+}
+
+// cellSecret returns the k-th pool secret with coordinates c (c < 0:
+// none).
+func cellSecret(k, c int) SecretEntry {
+	e := SecretEntry{Hash: cellHash(k), Verified: cellEpoch}
+	if c >= 0 {
+		e.Namespace, e.Name, e.UID = fmt.Sprintf("ns-%d", c), "regcred", fmt.Sprintf("uid-%d", c)
+	}
+	return e
+}
+
+// randomCellRecord returns a record of ref over cellRepos drawn from the
+// pools (hashes 0-4, coordinates 0-2).
+func randomCellRecord(rng *rand.Rand, ref string) *ImageRecord {
+	r := &ImageRecord{ImageRef: ref, Updated: cellEpoch, Repositories: map[string]*RepositoryRecord{}}
+	for _, repo := range cellRepos[:3] {
+		if rng.IntN(4) == 0 {
+			continue
+		}
+		rr := &RepositoryRecord{NodeAccessible: rng.IntN(8) == 0, Updated: cellEpoch}
+		if !rr.NodeAccessible {
+			for range rng.IntN(4) {
+				rr.Secrets = append(rr.Secrets, cellSecret(rng.IntN(5), rng.IntN(4)-1))
+			}
+			if rng.IntN(3) == 0 {
+				rr.ServiceAccounts = append(rr.ServiceAccounts, ServiceAccountEntry{Namespace: "ns-0", Name: "sa", UID: fmt.Sprintf("sa-%d", rng.IntN(2)), Verified: cellEpoch})
+			}
+		}
+		r.Repositories[repo] = rr
+	}
+	return r
+}
+
+// randomCreds returns 0-3 credentials a pod might present: pool secrets
+// (or unknown hashes, or no hash) with or without coordinates, service
+// accounts, node credentials.
+func randomCreds(rng *rand.Rand) []credential.Credential {
+	var out []credential.Credential
+	for range rng.IntN(4) {
+		var c credential.Credential
+		switch rng.IntN(10) {
+		case 0:
+			c.Source = credential.Source{Kind: credential.SourceServiceAccount, Namespace: "ns-0", Name: "sa", UID: fmt.Sprintf("sa-%d", rng.IntN(3))}
+		case 1:
+			c.Source = credential.Source{Kind: credential.SourceNode}
+			c.Hash = cellHash(rng.IntN(6))
+		default:
+			c.Source = credential.Source{Kind: credential.SourceSecret}
+			if k := rng.IntN(4); k > 0 {
+				c.Source.Namespace, c.Source.Name, c.Source.UID = fmt.Sprintf("ns-%d", k-1), "regcred", fmt.Sprintf("uid-%d", k-1)
+			}
+			if rng.IntN(6) > 0 {
+				c.Hash = cellHash(rng.IntN(6)) // 5 is nobody's
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// cellRequest is a request for ref under repo with creds.
+func cellRequest(repo, ref string, creds []credential.Credential) Request {
+	image := repo + ":v1"
+	return Request{Image: image, ImageRef: ref, Names: []string{image}, PullPolicy: corev1.PullIfNotPresent,
+		Credentials: func() []credential.Credential { return creds }}
+}
+
+// TestCellsDecideAsTheArena: two trackers hold the same records; one
+// decides with its cells, the other from the arena alone (noCells). For
+// random requests (matching and foreign credentials, in any order, with
+// and without coordinates, service accounts, other repositories of the
+// same digest, other digests) both decide the same, and remember the same
+// coordinates.
+func TestCellsDecideAsTheArena(t *testing.T) {
+	clock := clocktesting.NewFakeClock(cellEpoch)
+	withCells, arena := cellTracker(t, clock), cellTracker(t, clock)
+	arena.noCells = true
+	rng := rand.New(rand.NewPCG(7, 13))
+	refs := make([]string, 24)
+	for i := range refs {
+		refs[i] = benchRef(i)
+		if i%8 == 7 {
+			refs[i] = rawRef(i)
+		}
+	}
+	both := func(fn func(tr *tracker)) { fn(withCells); fn(arena) }
+	for _, ref := range refs[:20] { // refs 20-23 have no record
+		r := randomCellRecord(rng, ref)
+		both(func(tr *tracker) { tr.images.store(r.clone()) })
+	}
+	byCell, admitted := 0, 0
+	for step := range 6000 {
+		switch op := rng.IntN(100); {
+		case op < 3:
+			r := randomCellRecord(rng, refs[rng.IntN(20)])
+			both(func(tr *tracker) { tr.images.store(r.clone()) })
+		case op < 4:
+			ref := refs[rng.IntN(20)]
+			both(func(tr *tracker) { tr.images.delete(ref) })
+		case op < 5:
+			c := rng.IntN(3)
+			both(func(tr *tracker) {
+				require.NoError(t, tr.ForgetSecret(fmt.Sprintf("ns-%d", c), "regcred", fmt.Sprintf("uid-%d", c)))
+			})
+		}
+		repo, ref := cellRepos[rng.IntN(3)], refs[rng.IntN(20)]
+		if rng.IntN(8) == 0 { // another repository, or a digest with no record
+			repo, ref = cellRepos[rng.IntN(len(cellRepos))], refs[rng.IntN(len(refs))]
+		}
+		creds := randomCreds(rng)
+		if r := arena.images.load(ref); r != nil && r.Repositories[repo] != nil && len(r.Repositories[repo].Secrets) > 0 && rng.IntN(2) == 0 {
+			// The entry's first secret, as its holder or as someone
+			// holding the same content under other coordinates.
+			s0 := r.Repositories[repo].Secrets[rng.IntN(len(r.Repositories[repo].Secrets))]
+			c := credential.Credential{Hash: s0.Hash, Source: credential.Source{Kind: credential.SourceSecret, Namespace: s0.Namespace, Name: s0.Name, UID: s0.UID}}
+			if rng.IntN(4) == 0 {
+				c.Source.UID += "-new"
+			}
+			at := rng.IntN(len(creds) + 1)
+			creds = append(creds[:at], append([]credential.Credential{c}, creds[at:]...)...)
+		}
+		req := cellRequest(repo, ref, creds)
+		if withCells.decideByCell(req, mustRepo(t, req.Image)) {
+			byCell++
+		}
+		got, want := withCells.Decide(req), arena.Decide(req)
+		require.Equal(t, want, got, "step %d: %s under %s with %+v", step, req.ImageRef, req.Image, sources(req))
+		if got.Action == UseImage {
+			admitted++
+		}
+		require.Equal(t, arena.images.load(req.ImageRef), withCells.images.load(req.ImageRef), "step %d: the records after the decision", step)
+	}
+	assert.Greater(t, byCell, 150, "cells decided")
+	assert.Greater(t, admitted, byCell, "the arena decided too")
+	checkCells(t, withCells.images, recordsOf(withCells), "after the requests")
+}
+
+func mustRepo(t *testing.T, image string) string {
+	t.Helper()
+	repo, err := RepositoryName(image)
+	require.NoError(t, err)
+	return repo
+}
+
+// sources describes a request's credentials without their content.
+func sources(req Request) []string {
+	var out []string
+	for _, c := range req.Credentials() {
+		out = append(out, fmt.Sprintf("%s hash %x…", c.Source.String(), c.Hash[:2]))
+	}
+	return out
+}
+
+// recordsOf returns tr's records by ref.
+func recordsOf(tr *tracker) map[string]*ImageRecord {
+	out := map[string]*ImageRecord{}
+	for _, r := range tr.images.all() {
+		out[r.ImageRef] = r
+	}
+	return out
+}
