@@ -339,3 +339,151 @@ func recordsOf(tr *tracker) map[string]*ImageRecord {
 	}
 	return out
 }
+
+// cellCred is a pod's credential of hash k held by the pool secret of
+// coordinates c.
+func cellCred(k, c int) credential.Credential {
+	s := cellSecret(k, c)
+	return credential.Credential{Registry: "registry.example", Hash: s.Hash,
+		Source: credential.Source{Kind: credential.SourceSecret, Namespace: s.Namespace, Name: s.Name, UID: s.UID}}
+}
+
+// cellScene pulls ref D as repository cellRepos[0] with tenant A's secret
+// (hash 0, coordinates 0) then tenant B's (hash 1, coordinates 1), and as
+// cellRepos[1] with B's only, through the tracker's API.
+func cellScene(t *testing.T, tr *tracker, ref string) {
+	t.Helper()
+	pull := func(repo string, cred credential.Credential) {
+		require.NoError(t, tr.RecordPullIntent(repo+":v1"))
+		require.NoError(t, tr.RecordImagePulled(repo+":v1", ref, cred))
+	}
+	pull(cellRepos[0], cellCred(0, 0))
+	pull(cellRepos[0], cellCred(1, 1))
+	pull(cellRepos[1], cellCred(1, 1))
+	// A new index has no cells until its table is first rebuilt (it grows,
+	// or is compacted); start-up installs make them too.
+	forceRebuild(tr.images)
+	require.True(t, tr.decideByCell(cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)}), cellRepos[0]),
+		"tenant A's entry has its cell")
+}
+
+// arenaDecide decides req from the arena alone.
+func arenaDecide(tr *tracker, req Request) Decision {
+	tr.noCells = true
+	defer func() { tr.noCells = false }()
+	return tr.Decide(req)
+}
+
+// TestCellsNeverAdmitRevoked: once tenant A's secret leaves the entry
+// (the record replaced without it, the repository dropped, the secret or
+// its namespace forgotten, the image pruned), no decision admits A's
+// credential by the cell the entry had; the decision is the arena's.
+func TestCellsNeverAdmitRevoked(t *testing.T) {
+	ref := benchRef(1)
+	for _, tc := range []struct {
+		name   string
+		revoke func(t *testing.T, tr *tracker, clock *clocktesting.FakeClock)
+	}{
+		{"replaced without the secret", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			r := tr.images.load(ref)
+			rr := r.Repositories[cellRepos[0]]
+			rr.Secrets = rr.Secrets[1:]
+			tr.images.store(r)
+		}},
+		{"repository dropped", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			r := tr.images.load(ref)
+			delete(r.Repositories, cellRepos[0])
+			tr.images.store(r)
+		}},
+		{"secret forgotten", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			require.NoError(t, tr.ForgetSecret("ns-0", "regcred", "uid-0"))
+		}},
+		{"namespace forgotten", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			require.NoError(t, tr.ForgetNamespace("ns-0"))
+		}},
+		{"image pruned", func(t *testing.T, tr *tracker, clock *clocktesting.FakeClock) {
+			_, err := tr.PruneImages(nil, clock.Now().Add(time.Hour))
+			require.NoError(t, err)
+			require.Nil(t, tr.images.load(ref))
+		}},
+		{"record deleted after a rebuild", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			forceRebuild(tr.images)
+			tr.images.delete(ref)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := clocktesting.NewFakeClock(cellEpoch)
+			tr := cellTracker(t, clock)
+			cellScene(t, tr, ref)
+			for _, creds := range [][]credential.Credential{
+				{cellCred(0, 0)},
+				{cellCred(0, -1)},
+				{{Hash: cellHash(0), Source: credential.Source{Kind: credential.SourceNode}}},
+				{{Source: credential.Source{Kind: credential.SourceSecret}}, cellCred(0, 0)},
+			} {
+				req := cellRequest(cellRepos[0], ref, creds)
+				require.Equal(t, Decision{Action: UseImage, Reason: ReasonCredentialMatch}, tr.Decide(req), "before: %v", sources(req))
+			}
+			tc.revoke(t, tr, clock)
+			checkCells(t, tr.images, recordsOf(tr), "revoked")
+			for _, creds := range [][]credential.Credential{
+				{cellCred(0, 0)},
+				{cellCred(0, -1)},
+				{cellCred(0, 2)},
+				{{Hash: cellHash(0), Source: credential.Source{Kind: credential.SourceNode}}},
+			} {
+				req := cellRequest(cellRepos[0], ref, creds)
+				assert.False(t, tr.decideByCell(req, cellRepos[0]), "no cell admits %v", sources(req))
+				got := tr.Decide(req)
+				assert.NotEqual(t, ReasonCredentialMatch, got.Reason, "%v", sources(req))
+				assert.Equal(t, arenaDecide(tr, req), got, "%v", sources(req))
+			}
+		})
+	}
+}
+
+// TestCellsNeverAdmitANeighbour: A's cell admits no other tenant (a hash
+// differing from A's in its first 8 bytes, under other coordinates), no
+// request for another repository of the same digest, another digest or
+// another spelling of A's; each such decision is the arena's.
+func TestCellsNeverAdmitANeighbour(t *testing.T) {
+	ref := benchRef(1)
+	tr := cellTracker(t, clocktesting.NewFakeClock(cellEpoch))
+	cellScene(t, tr, ref)
+	flip := func(i int) credential.Credential {
+		c := cellCred(0, 2)
+		c.Hash[i] ^= 0x80
+		return c
+	}
+	otherDigest := []byte(ref)
+	otherDigest[len(otherDigest)-1] = '3'
+	for _, tc := range []struct {
+		name, repo, ref string
+		creds           []credential.Credential
+		want            Reason
+	}{
+		{"hash differing in its first byte", cellRepos[0], ref, []credential.Credential{flip(0)}, ReasonNoMatch},
+		{"hash differing in its 8th byte", cellRepos[0], ref, []credential.Credential{flip(7)}, ReasonNoMatch},
+		{"nobody's hash", cellRepos[0], ref, []credential.Credential{cellCred(5, 2)}, ReasonNoMatch},
+		{"nobody's hash before A's", cellRepos[0], ref, []credential.Credential{cellCred(5, 2), cellCred(0, 0)}, ReasonCredentialMatch},
+		{"B's hash (B's second in the entry)", cellRepos[0], ref, []credential.Credential{cellCred(1, 1)}, ReasonCredentialMatch},
+		{"A's hash under a repository only B pulled", cellRepos[1], ref, []credential.Credential{cellCred(0, 0)}, ReasonNoMatch},
+		{"A's hash under a repository nobody pulled", cellRepos[2], ref, []credential.Credential{cellCred(0, 0)}, 0},
+		{"A's hash for another digest", cellRepos[0], string(otherDigest), []credential.Credential{cellCred(0, 0)}, 0},
+		{"A's hash for A's digest in upper case", cellRepos[0], strings.ToUpper(ref), []credential.Credential{cellCred(0, 0)}, 0},
+		{"A's hash for A's digest under another algorithm", cellRepos[0], "sha512:" + ref[len(digestPrefix):], []credential.Credential{cellCred(0, 0)}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := cellRequest(tc.repo, tc.ref, tc.creds)
+			byCell := tc.want == ReasonCredentialMatch && tc.creds[0].Hash == cellHash(0)
+			assert.Equal(t, byCell, tr.decideByCell(req, tc.repo), "decided by a cell")
+			got := tr.Decide(req)
+			assert.Equal(t, arenaDecide(tr, req), got)
+			if tc.want != 0 {
+				assert.Equal(t, tc.want, got.Reason)
+			} else {
+				assert.NotEqual(t, ReasonCredentialMatch, got.Reason)
+			}
+		})
+	}
+}
