@@ -8,6 +8,8 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"testing"
 	"time"
@@ -486,4 +488,94 @@ func TestCellsNeverAdmitANeighbour(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCellsRevocationIsFinal: readers decide tenant A's request in a loop
+// while a writer grants A's secret and revokes it again (by replacing the
+// record without it, forgetting it, deleting the record), churning other
+// records so that the table grows and is rebuilt under the readers. A
+// decision that starts after a revoking write returned, and before the
+// next grant started, never admits A by credential.
+func TestCellsRevocationIsFinal(t *testing.T) {
+	ref := benchRef(1)
+	tr := cellTracker(t, clocktesting.NewFakeClock(cellEpoch))
+	granted := &ImageRecord{ImageRef: ref, Updated: cellEpoch, Repositories: map[string]*RepositoryRecord{
+		cellRepos[0]: {Updated: cellEpoch, Secrets: []SecretEntry{cellSecret(0, 0), cellSecret(1, 1)}},
+		cellRepos[1]: {Updated: cellEpoch, Secrets: []SecretEntry{cellSecret(0, 0)}},
+	}}
+	revokes := []func(){
+		func() { // replaced without A's secret
+			r := granted.clone()
+			r.Repositories[cellRepos[0]].Secrets = r.Repositories[cellRepos[0]].Secrets[1:]
+			tr.images.store(r)
+		},
+		func() { // replaced with B's secret first and A's gone
+			r := granted.clone()
+			r.Repositories[cellRepos[0]].Secrets = []SecretEntry{cellSecret(1, 1), cellSecret(2, 2)}
+			tr.images.store(r)
+		},
+		func() { tr.images.delete(ref) },
+		func() { require.NoError(t, tr.ForgetSecret("ns-0", "regcred", "uid-0")) },
+	}
+	var gen atomic.Uint64 // odd: revoked (or never granted), and no grant has started since
+	gen.Store(1)
+	var bad, byCell, admitted atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			creds := []credential.Credential{cellCred(0, 0)}
+			if w == 1 {
+				creds = []credential.Credential{{Hash: cellHash(0), Source: credential.Source{Kind: credential.SourceNode}}}
+			}
+			req := cellRequest(cellRepos[0], ref, creds)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				g1 := gen.Load()
+				d := tr.Decide(req)
+				g2 := gen.Load()
+				if d.Reason == ReasonCredentialMatch {
+					admitted.Add(1)
+					if g1&1 == 1 && g1 == g2 {
+						bad.Add(1)
+					}
+				}
+				if tr.decideByCell(req, cellRepos[0]) {
+					byCell.Add(1)
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(5, 13))
+	for cycle := range 400 {
+		gen.Add(1) // even: granting
+		tr.images.store(granted.clone())
+		for range 8 { // churn: growth, compaction, rebuilds
+			other := benchRef(100 + rng.IntN(300))
+			if rng.IntN(3) == 0 {
+				tr.images.delete(other)
+			} else {
+				tr.images.store(randomCellRecord(rng, other))
+			}
+		}
+		if cycle%50 == 0 {
+			forceRebuild(tr.images)
+		}
+		revokes[cycle%len(revokes)]()
+		gen.Add(1) // odd: revoked
+		req := cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)})
+		require.NotEqual(t, ReasonCredentialMatch, tr.Decide(req).Reason, "cycle %d: right after the revoking write", cycle)
+	}
+	close(done)
+	wg.Wait()
+	assert.Zero(t, bad.Load(), "decisions that admitted A after its revocation")
+	assert.Positive(t, admitted.Load(), "the readers saw A admitted while granted")
+	t.Logf("admitted %d, of which by cells %d (seen)", admitted.Load(), byCell.Load())
+	checkCells(t, tr.images, recordsOf(tr), "after the cycles")
 }
