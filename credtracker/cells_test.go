@@ -579,3 +579,85 @@ func TestCellsRevocationIsFinal(t *testing.T) {
 	t.Logf("admitted %d, of which by cells %d (seen)", admitted.Load(), byCell.Load())
 	checkCells(t, tr.images, recordsOf(tr), "after the cycles")
 }
+
+// TestCellsReusedCellNeverMixesEntries: two images whose entries share a
+// window are stored and deleted in turn, so that one cell holds X's entry
+// (A's secret), then nothing, then Y's (B's secret), while readers ask for
+// X with B's credential and for Y with A's. A reader that mixed what it
+// read of one filling with another's (the sequence lock broken) would
+// admit; the arena never does.
+func TestCellsReusedCellNeverMixesEntries(t *testing.T) {
+	tr := cellTracker(t, clocktesting.NewFakeClock(cellEpoch))
+	rng := rand.New(rand.NewPCG(9, 13))
+	for i := range 24 {
+		tr.images.store(randomCellRecord(rng, benchRef(1000+i)))
+	}
+	forceRebuild(tr.images)
+	x := tr.images
+	repo := cellRepos[0]
+	hrepo := maphash.String(x.seed, repo)
+	n := cellHomes(x.s.tab.Load().cells)
+	require.Positive(t, n)
+	record := func(ref string, k int) *ImageRecord {
+		return &ImageRecord{ImageRef: ref, Updated: cellEpoch, Repositories: map[string]*RepositoryRecord{
+			repo: {Updated: cellEpoch, Secrets: []SecretEntry{cellSecret(k, -1)}}}}
+	}
+	hasCell := func(ref string) bool {
+		c, _ := x.cellFind(maphash.String(x.seed, ref), hrepo, ref)
+		return c != nil
+	}
+	refX := ""
+	for i := 1; refX == ""; i++ { // an image whose window has room
+		x.store(record(benchRef(i), 0))
+		if hasCell(benchRef(i)) {
+			refX = benchRef(i)
+		}
+		x.delete(benchRef(i))
+	}
+	require.Equal(t, n, cellHomes(x.s.tab.Load().cells), "no rebuild yet")
+	homeOf := func(ref string) int { return home(mix(maphash.String(x.seed, ref), hrepo), n) }
+	refY := ""
+	for i := 100; refY == ""; i++ {
+		if homeOf(benchRef(i)) == homeOf(refX) {
+			refY = benchRef(i)
+		}
+	}
+	x.store(record(refY, 1))
+	require.True(t, hasCell(refY), "Y takes the cell X had")
+	x.delete(refY)
+	done := make(chan struct{})
+	var bad, seen atomic.Int64
+	var wg sync.WaitGroup
+	for _, req := range []Request{
+		cellRequest(repo, refX, []credential.Credential{{Hash: cellHash(1), Source: credential.Source{Kind: credential.SourceNode}}}),
+		cellRequest(repo, refY, []credential.Credential{{Hash: cellHash(0), Source: credential.Source{Kind: credential.SourceNode}}}),
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if tr.Decide(req).Reason == ReasonCredentialMatch {
+					bad.Add(1)
+				}
+				if c, _ := x.cellFind(maphash.String(x.seed, req.ImageRef), hrepo, req.ImageRef); c != nil {
+					seen.Add(1)
+				}
+			}
+		}()
+	}
+	for range 3000 {
+		x.store(record(refX, 0))
+		x.delete(refX)
+		x.store(record(refY, 1))
+		x.delete(refY)
+	}
+	close(done)
+	wg.Wait()
+	assert.Zero(t, bad.Load(), "decisions that admitted a credential the image never listed")
+	assert.Positive(t, seen.Load(), "the readers found the cells")
+}
