@@ -408,6 +408,16 @@ func TestCellsNeverAdmitRevoked(t *testing.T) {
 			require.NoError(t, err)
 			require.Nil(t, tr.images.load(ref))
 		}},
+		{"replaced when the index is full", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
+			saved := maxArena
+			t.Cleanup(func() { maxArena = saved })
+			maxArena = tr.images.s.live // the new version does not fit: the old one goes
+			r := tr.images.load(ref)
+			r.Repositories[cellRepos[2]] = &RepositoryRecord{NodeAccessible: true}
+			tr.images.store(r)
+			require.True(t, tr.images.full.Load())
+			require.Nil(t, tr.images.load(ref))
+		}},
 		{"record deleted after a rebuild", func(t *testing.T, tr *tracker, _ *clocktesting.FakeClock) {
 			forceRebuild(tr.images)
 			tr.images.delete(ref)
@@ -660,4 +670,55 @@ func TestCellsReusedCellNeverMixesEntries(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, bad.Load(), "decisions that admitted a credential the image never listed")
 	assert.Positive(t, seen.Load(), "the readers found the cells")
+}
+
+// TestCellsAfterRestart: records loaded at start-up (the bulk install)
+// get their cells, which decide as the arena does; a maximum credential
+// age turns the cells off, so that an expired secret is refused.
+func TestCellsAfterRestart(t *testing.T) {
+	ref := benchRef(1)
+	dir := t.TempDir()
+	clock := clocktesting.NewFakeClock(cellEpoch)
+	open := func(cfg Config) *tracker {
+		cfg.Dir = dir
+		tr, err := New(context.Background(), cfg, nil, WithClock(clock), WithLogger(klog.Background().V(10)))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr.(*tracker)
+	}
+	tr := open(Config{})
+	cellScene(t, tr, ref)
+	for i := range 50 { // enough records that the start-up load installs them at once
+		require.NoError(t, tr.RecordImagePulled(cellRepos[3]+":v1", benchRef(100+i), cellCred(i%5, i%3)))
+	}
+	require.NoError(t, tr.Close())
+
+	for _, tc := range []struct {
+		name   string
+		maxAge time.Duration
+		want   Reason // for A's secret, a day after its pull
+		cells  bool
+	}{
+		{"no maximum age", 0, ReasonCredentialMatch, true},
+		{"a maximum age of an hour", time.Hour, ReasonExpired, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock.SetTime(cellEpoch.Add(24 * time.Hour))
+			tr := open(Config{CredentialMaxAge: tc.maxAge})
+			checkCells(t, tr.images, recordsOf(tr), "loaded")
+			reqA := cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)})
+			require.True(t, tr.decideByCell(reqA, cellRepos[0]), "A's entry has its cell after the load")
+			assert.Equal(t, tc.want, tr.Decide(reqA).Reason)
+			assert.Equal(t, arenaDecide(tr, reqA), tr.Decide(reqA))
+			for _, req := range []Request{
+				cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(1, 1)}),
+				cellRequest(cellRepos[1], ref, []credential.Credential{cellCred(0, 0)}),
+				cellRequest(cellRepos[3], benchRef(100+7), []credential.Credential{cellCred(2, 1)}),
+				cellRequest(cellRepos[3], benchRef(100+7), []credential.Credential{cellCred(3, 1)}),
+			} {
+				assert.Equal(t, arenaDecide(tr, req), tr.Decide(req), "%s under %s with %v", req.ImageRef, req.Image, sources(req))
+			}
+			require.NoError(t, tr.Close())
+		})
+	}
 }
