@@ -187,3 +187,52 @@ func TestCellsReusedCellNeverMixesEntries(t *testing.T) {
 	assert.Zero(t, bad.Load(), "decisions that admitted a credential the image never listed")
 	assert.Positive(t, seen.Load(), "the readers found the cells")
 }
+
+// TestCellsReadersThroughGrowth: readers decide a stable record's request
+// in a loop while a writer adds records until the cells have been made
+// anew several times (growCells) and the table rebuilt; every decision is
+// the credential match, by a cell or by the arena, and most entries have a
+// cell at the end.
+func TestCellsReadersThroughGrowth(t *testing.T) {
+	ref := benchRef(0)
+	tr := cellTracker(t, clocktesting.NewFakeClock(cellEpoch))
+	tr.images.store(&ImageRecord{ImageRef: ref, Updated: cellEpoch, Repositories: map[string]*RepositoryRecord{
+		cellRepos[0]: {Updated: cellEpoch, Secrets: []SecretEntry{cellSecret(0, 0)}},
+	}})
+	req := cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)})
+	var wrong, decided atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if d := tr.Decide(req); d.Action != UseImage || d.Reason != ReasonCredentialMatch {
+					wrong.Add(1)
+				}
+				decided.Add(1)
+			}
+		})
+	}
+	grown := 0
+	for i := 1; i <= 3000; i++ {
+		before := tr.images.s.tab.Load().cells
+		tr.images.store(&ImageRecord{ImageRef: benchRef(i), Updated: cellEpoch, Repositories: map[string]*RepositoryRecord{
+			cellRepos[i%len(cellRepos)]: {Updated: cellEpoch, Secrets: []SecretEntry{cellSecret(i%7, i%7)}},
+		}})
+		if len(tr.images.s.tab.Load().cells) != len(before) {
+			grown++
+		}
+	}
+	close(done)
+	wg.Wait()
+	assert.Zero(t, wrong.Load(), "decisions other than the credential match, of %d", decided.Load())
+	assert.Greater(t, grown, 5, "the cells were made anew")
+	// Most entries have a cell after growth (any one may not: its windows
+	// may be full).
+	assert.GreaterOrEqual(t, cellsFilled(tr.images)*10, 3001*9, "entries with a cell")
+}
