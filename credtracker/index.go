@@ -292,7 +292,6 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 		x.removeAt(s, t, old, hr)
 	}
 	x.fillCells(s, t, offs[0], hr, false)
-	x.growCells(s)
 }
 
 // insertGroup points a free slot of h's probe sequence (h is the hash of
@@ -384,13 +383,16 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 }
 
 // compact rebuilds s's table without its garbage when garbage passes
-// 1/garbageShare of the live bytes; s.mu is held, and s.ver even: the
-// rebuild changes no record, so readers go on meanwhile.
+// 1/garbageShare of the live bytes, or else makes the cells anew if the
+// entries have outgrown them (growCells); s.mu is held, and s.ver even:
+// neither changes a record, so readers go on meanwhile.
 func (x *recordIndex) compact(s *indexState) {
 	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
 		t := s.tab.Load()
 		x.rebuild(s, t, len(t.slots), len(t.gslots), s.live)
+		return
 	}
+	x.growCells(s)
 }
 
 // tombstone marks the slot of sl pointing at off deleted.
