@@ -77,17 +77,9 @@ func (x *recordIndex) growCells(s *indexState) {
 	}
 	t := s.tab.Load()
 	nt := &table{slots: t.slots, gslots: t.gslots, arena: t.arena, names: t.names, cells: newCells(s.e.entries)}
-	for i := range t.gslots {
-		v := t.gslots[i].Load()
-		if v == slotEmpty || uint32(v) == offTombstone {
-			continue
-		}
-		off := int(uint32(v)) - 1
-		if off >= len(t.arena) || t.arena[off] != kindGroup {
-			continue
-		}
+	t.liveGroups(func(off int) {
 		x.fillCells(s, nt, off, (groupView{b: t.arena[off:]}).refHash(x.seed), true)
-	}
+	})
 	if x.slowHook != nil {
 		x.slowHook()
 	}

@@ -414,6 +414,22 @@ func tombstone(sl []atomic.Uint64, h uint64, off int) {
 	}
 }
 
+// liveGroups calls fn with the offset of each live group of t, in slot
+// order; s.mu is held (t is the writer's).
+func (t *table) liveGroups(fn func(off int)) {
+	for i := range t.gslots {
+		v := t.gslots[i].Load()
+		if v == slotEmpty || uint32(v) == offTombstone {
+			continue
+		}
+		off := int(uint32(v)) - 1
+		if off >= len(t.arena) || t.arena[off] != kindGroup {
+			continue
+		}
+		fn(off)
+	}
+}
+
 // rebuild replaces s's table by one of n entries' and gn groups' slots
 // whose arena holds only the live groups of t, with room for arenaCap
 // bytes, and whose names arena only the coordinates they list; s.mu is
@@ -427,15 +443,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	names := newNameSet(x.seed, len(t.names))
 	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
 	s.e, s.g, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0
-	for i := range t.gslots {
-		v := t.gslots[i].Load()
-		if v == slotEmpty || uint32(v) == offTombstone {
-			continue
-		}
-		off := int(uint32(v)) - 1
-		if off >= len(t.arena) || t.arena[off] != kindGroup {
-			continue
-		}
+	t.liveGroups(func(off int) {
 		g := groupView{b: t.arena[off:]}
 		base := len(nt.arena)
 		nt.arena = append(nt.arena, g.b[:g.size()]...)
@@ -447,7 +455,7 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 		}
 		x.fillCells(s, nt, base, hr, true)
 		s.live += g.size()
-	}
+	})
 	if x.slowHook != nil {
 		x.slowHook()
 	}
