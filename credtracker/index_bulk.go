@@ -18,6 +18,7 @@ type bulkPart struct {
 	chunks [][]byte
 	size   int           // bytes in chunks
 	slots  []pendingSlot // the entries'
+	hrs    []uint64      // the ref's hash of each of slots, for its cell
 	gslots []pendingSlot // the groups', one per record
 	offs   []int         // appendGroup's scratch
 	names  *nameSet      // the coordinates the part's groups refer to
@@ -28,8 +29,6 @@ type bulkPart struct {
 type pendingSlot struct {
 	h   uint64
 	off int
-	// An entry's ref and repository hashes, for its cell (cells.go).
-	hr, hrepo uint64
 }
 
 // bulkChunk is the size of a part's chunks.
@@ -54,8 +53,8 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 	hr := maphash.String(x.seed, r.ImageRef)
 	p.gslots = append(p.gslots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
 	for k, repo := range repos {
-		hrepo := maphash.String(x.seed, repo)
-		p.slots = append(p.slots, pendingSlot{h: mix(hr, hrepo), off: base + p.offs[k+1], hr: hr, hrepo: hrepo})
+		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1]})
+		p.hrs = append(p.hrs, hr)
 	}
 	p.size += size
 }
@@ -113,6 +112,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		arena []byte
 		base  int
 		slots []pendingSlot
+		hrs   []uint64
 	}
 	ready := make(chan placed, len(parts))
 	var filling sync.WaitGroup
@@ -123,8 +123,10 @@ func (x *recordIndex) install(parts []bulkPart) error {
 			t.cells[i].Store(0)
 		}
 		for p := range ready {
-			for _, ps := range p.slots {
-				x.fillCellHashed(&s.cellSeq, t, ps.hr, ps.hrepo, entryAt(p.arena[p.base+ps.off:], nil), true)
+			for k, ps := range p.slots {
+				if e := entryAt(p.arena[p.base+ps.off:], nil); cellable(e) {
+					x.fillCellHashed(&s.cellSeq, t, p.hrs[k], maphash.Bytes(x.seed, e.repo()), e, true)
+				}
 			}
 		}
 	})
@@ -146,7 +148,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		if parts[i].names != nil {
 			t.names = append(t.names, parts[i].names.b...)
 		}
-		ready <- placed{arena: t.arena, base: base, slots: parts[i].slots}
+		ready <- placed{arena: t.arena, base: base, slots: parts[i].slots, hrs: parts[i].hrs}
 		for _, ps := range parts[i].slots {
 			insert(&s.e, t.slots, ps.h, base+ps.off)
 		}
@@ -177,6 +179,10 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		parts := make([]bulkPart, workers)
 		var wg sync.WaitGroup
 		for w := range parts {
+			share := len(recs)/workers + 1 // most records have one repository
+			parts[w].slots = make([]pendingSlot, 0, share)
+			parts[w].hrs = make([]uint64, 0, share)
+			parts[w].gslots = make([]pendingSlot, 0, share)
 			wg.Go(func() {
 				for i := w; i < len(recs); i += workers {
 					x.prepare(&parts[w], recs[i])
