@@ -218,7 +218,7 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	for _, i := range order[:4096] {
 		req := g.request(int(i))
 		repo, _ := RepositoryName(req.Image)
-		if tr.decideByCell(req, repo) {
+		if tr.decidesByCell(req, repo) {
 			celled++
 		}
 	}

@@ -140,9 +140,7 @@ func cellIs(c []atomic.Uint64, e repoView, hrepo uint64) bool {
 // fillCell gives e, an entry of the record of hash hr, a cell in t, if it
 // gets one and its window has room; s.mu is held.
 func (x *recordIndex) fillCell(s *indexState, t *table, hr uint64, e repoView, private bool) {
-	if cellable(e) {
-		x.fillCellHashed(&s.cellSeq, t, hr, maphash.Bytes(x.seed, e.repo()), e, private)
-	}
+	x.fillCellHashed(&s.cellSeq, t, hr, maphash.Bytes(x.seed, e.repo()), e, private)
 }
 
 // fillCellHashed is fillCell for an entry whose repository hashes to
@@ -162,33 +160,29 @@ func (x *recordIndex) fillCellHashed(seq *uint64, t *table, hr, hrepo uint64, e 
 	if c == nil {
 		return // no room: the entry is decided from the arena
 	}
-	{
-		ref := e.ref()
-		words := [cellWords]uint64{
-			cellRefAt:     binary.LittleEndian.Uint64(ref),
-			cellRefAt + 1: binary.LittleEndian.Uint64(ref[8:]),
-			cellRefAt + 2: binary.LittleEndian.Uint64(ref[16:]),
-			cellRefAt + 3: binary.LittleEndian.Uint64(ref[24:]),
-			cellRepoAt:    hrepo,
-			cellCredAt:    binary.LittleEndian.Uint64(e.b[e.sec:]),
-			cellCoordsAt:  uint64(e.coordsHash(0)),
-		}
-		if private {
-			raw := (*[cellWords]uint64)(unsafe.Pointer(&c[0]))
-			*seq += 2
-			words[cellSeqAt] = *seq
-			*raw = words
-			return
-		}
-		*seq++ // odd: being filled
-		c[cellSeqAt].Store(*seq)
-		for j := cellSeqAt + 1; j < cellWords; j++ {
-			c[j].Store(words[j])
-		}
-		*seq++
-		c[cellSeqAt].Store(*seq)
+	ref := e.ref()
+	words := [cellWords]uint64{
+		cellRefAt:     binary.LittleEndian.Uint64(ref),
+		cellRefAt + 1: binary.LittleEndian.Uint64(ref[8:]),
+		cellRefAt + 2: binary.LittleEndian.Uint64(ref[16:]),
+		cellRefAt + 3: binary.LittleEndian.Uint64(ref[24:]),
+		cellRepoAt:    hrepo,
+		cellCredAt:    binary.LittleEndian.Uint64(e.b[e.sec:]),
+		cellCoordsAt:  uint64(e.coordsHash(0)),
+	}
+	if private {
+		*seq += 2
+		words[cellSeqAt] = *seq
+		*(*[cellWords]uint64)(unsafe.Pointer(&c[0])) = words
 		return
 	}
+	*seq++ // odd: being filled
+	c[cellSeqAt].Store(*seq)
+	for j := cellSeqAt + 1; j < cellWords; j++ {
+		c[j].Store(words[j])
+	}
+	*seq++
+	c[cellSeqAt].Store(*seq)
 }
 
 // clearCell empties e's cell in t, if it has one; s.mu is held.
@@ -223,29 +217,20 @@ func (x *recordIndex) cellFind(hr, hrepo uint64, ref string) (c []atomic.Uint64,
 		return nil, 0
 	}
 	wa, wb := cellWindows(x.s.tab.Load().cells, hr, hrepo)
-	if wa == nil {
-		return nil, 0
-	}
-	// A read-only view of the request's 64 hex digits.
-	h := unsafe.Slice(unsafe.StringData(ref[len(digestPrefix):]), 64)
-	for k := 0; k < 2*cellWindow*cellWords; k += cellWords {
-		w, o := wa, k
-		if k >= cellWindow*cellWords {
-			w, o = wb, k-cellWindow*cellWords
-		}
-		c := w[o : o+cellWords]
-		seq := c[cellSeqAt].Load()
-		if seq == 0 || seq&1 != 0 || c[cellRepoAt].Load() != hrepo {
-			continue
-		}
-		same := true
-		for j := range 4 {
-			r := c[cellRefAt+j].Load()
-			same = same && hex8(uint32(r)) == binary.LittleEndian.Uint64(h[16*j:]) &&
-				hex8(uint32(r>>32)) == binary.LittleEndian.Uint64(h[16*j+8:])
-		}
-		if same {
-			return c, seq
+	for _, w := range [2][]atomic.Uint64{wa, wb} {
+		for k := 0; k < len(w); k += cellWords {
+			c := w[k : k+cellWords]
+			seq := c[cellSeqAt].Load()
+			if seq == 0 || seq&1 != 0 || c[cellRepoAt].Load() != hrepo {
+				continue
+			}
+			var stored [32]byte
+			for j := range 4 {
+				binary.LittleEndian.PutUint64(stored[8*j:], c[cellRefAt+j].Load())
+			}
+			if refIs(refDigest, stored[:], ref) {
+				return c, seq
+			}
 		}
 	}
 	return nil, 0

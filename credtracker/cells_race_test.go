@@ -72,7 +72,7 @@ func TestCellsRevocationIsFinal(t *testing.T) {
 						bad.Add(1)
 					}
 				}
-				if tr.decideByCell(req, cellRepos[0]) {
+				if tr.decidesByCell(req, cellRepos[0]) {
 					byCell.Add(1)
 				}
 			}

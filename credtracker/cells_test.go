@@ -302,7 +302,7 @@ func TestCellsDecideAsTheArena(t *testing.T) {
 			creds = append(creds[:at], append([]credential.Credential{c}, creds[at:]...)...)
 		}
 		req := cellRequest(repo, ref, creds)
-		if withCells.decideByCell(req, mustRepo(t, req.Image)) {
+		if withCells.decidesByCell(req, mustRepo(t, req.Image)) {
 			byCell++
 		}
 		got, want := withCells.Decide(req), arena.Decide(req)
@@ -365,7 +365,7 @@ func cellScene(t *testing.T, tr *tracker, ref string) {
 	// A new index has no cells until its table is first rebuilt (it grows,
 	// or is compacted); start-up installs make them too.
 	forceRebuild(tr.images)
-	require.True(t, tr.decideByCell(cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)}), cellRepos[0]),
+	require.True(t, tr.decidesByCell(cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)}), cellRepos[0]),
 		"tenant A's entry has its cell")
 }
 
@@ -445,7 +445,7 @@ func TestCellsNeverAdmitRevoked(t *testing.T) {
 				{{Hash: cellHash(0), Source: credential.Source{Kind: credential.SourceNode}}},
 			} {
 				req := cellRequest(cellRepos[0], ref, creds)
-				assert.False(t, tr.decideByCell(req, cellRepos[0]), "no cell admits %v", sources(req))
+				assert.False(t, tr.decidesByCell(req, cellRepos[0]), "no cell admits %v", sources(req))
 				got := tr.Decide(req)
 				assert.NotEqual(t, ReasonCredentialMatch, got.Reason, "%v", sources(req))
 				assert.Equal(t, arenaDecide(tr, req), got, "%v", sources(req))
@@ -488,7 +488,7 @@ func TestCellsNeverAdmitANeighbour(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			req := cellRequest(tc.repo, tc.ref, tc.creds)
 			byCell := tc.want == ReasonCredentialMatch && tc.creds[0].Hash == cellHash(0)
-			assert.Equal(t, byCell, tr.decideByCell(req, tc.repo), "decided by a cell")
+			assert.Equal(t, byCell, tr.decidesByCell(req, tc.repo), "decided by a cell")
 			got := tr.Decide(req)
 			assert.Equal(t, arenaDecide(tr, req), got)
 			if tc.want != 0 {
@@ -535,7 +535,7 @@ func TestCellsAfterRestart(t *testing.T) {
 			tr := open(Config{CredentialMaxAge: tc.maxAge})
 			checkCells(t, tr.images, recordsOf(tr), "loaded")
 			reqA := cellRequest(cellRepos[0], ref, []credential.Credential{cellCred(0, 0)})
-			require.True(t, tr.decideByCell(reqA, cellRepos[0]), "A's entry has its cell after the load")
+			require.True(t, tr.decidesByCell(reqA, cellRepos[0]), "A's entry has its cell after the load")
 			assert.Equal(t, tc.want, tr.Decide(reqA).Reason)
 			assert.Equal(t, arenaDecide(tr, reqA), tr.Decide(reqA))
 			for _, req := range []Request{
@@ -549,4 +549,10 @@ func TestCellsAfterRestart(t *testing.T) {
 			require.NoError(t, tr.Close())
 		})
 	}
+}
+
+// decidesByCell is decideByCell for the entry (req.ImageRef, repo).
+func (t *tracker) decidesByCell(req Request, repo string) bool {
+	hr, hrepo := t.images.hashes(req.ImageRef, repo)
+	return t.decideByCell(req, hr, hrepo)
 }

@@ -148,15 +148,19 @@ func slotValue(h uint64, off int) uint64 { return h&^(1<<32-1) | uint64(off+1) }
 // probe sequence whose tag is right, in the newest table, until match
 // returns true; it returns that table (nil if none matched).
 func (x *recordIndex) probe(ref, repo string, writer bool, match func(t *table, off int) bool) *table {
-	hr := maphash.String(x.seed, ref)
+	return x.probeHash(x.pairHash(maphash.String(x.seed, ref), repo), repo == "", writer, match)
+}
+
+// probeHash is probe for the slot hash hp of (ref, repo), in the groups'
+// table if groups (repo "").
+func (x *recordIndex) probeHash(hp uint64, groups, writer bool, match func(t *table, off int) bool) *table {
 	s := &x.s
-	hp := x.pairHash(hr, repo)
 	tag := hp >> 32
 	for {
 		ver := s.ver.Load()
 		t := s.tab.Load()
 		sl := t.slots
-		if repo == "" {
+		if groups {
 			sl = t.gslots
 		}
 		n := len(sl)
@@ -208,10 +212,23 @@ func (x *recordIndex) find(ref string, writer bool) (*table, int) {
 
 // loadRepository returns the entry for repo in ref's record.
 func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
+	hr, hrepo := x.hashes(ref, repo)
+	return x.loadRepositoryHashed(hr, hrepo, ref, repo)
+}
+
+// hashes returns the keyed hashes of ref and repo, which the decision's
+// look-ups (its cell's, then the arena's) take.
+func (x *recordIndex) hashes(ref, repo string) (hr, hrepo uint64) {
+	return maphash.String(x.seed, ref), maphash.String(x.seed, repo)
+}
+
+// loadRepositoryHashed is loadRepository for ref and repo of hashes hr
+// and hrepo.
+func (x *recordIndex) loadRepositoryHashed(hr, hrepo uint64, ref, repo string) (v repoView, ok bool) {
 	if repo == "" {
 		return repoView{}, false
 	}
-	x.probe(ref, repo, false, func(t *table, off int) bool {
+	x.probeHash(mix(hr, hrepo), false, false, func(t *table, off int) bool {
 		v, ok = entryIs(t, off, ref, repo)
 		return ok
 	})

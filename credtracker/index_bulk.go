@@ -124,7 +124,7 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		}
 		for p := range ready {
 			for k, ps := range p.slots {
-				if e := entryAt(p.arena[p.base+ps.off:], nil); cellable(e) {
+				if e := entryAt(p.arena[p.base+ps.off:], nil); cellable(e) { // before hashing its repository
 					x.fillCellHashed(&s.cellSeq, t, p.hrs[k], maphash.Bytes(x.seed, e.repo()), e, true)
 				}
 			}

@@ -3,7 +3,6 @@ package credtracker
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
@@ -88,10 +87,12 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
-	if t.maxAge <= 0 && !t.noCells && req.Credentials != nil && t.decideByCell(req, repo) {
+	hr, hrepo := t.images.hashes(req.ImageRef, repo)
+	// (The repository "" is never an entry's: loadRepositoryHashed.)
+	if repo != "" && t.maxAge <= 0 && !t.noCells && req.Credentials != nil && t.decideByCell(req, hr, hrepo) {
 		return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 	}
-	rv, ok := t.images.loadRepository(req.ImageRef, repo)
+	rv, ok := t.images.loadRepositoryHashed(hr, hrepo, req.ImageRef, repo)
 	if !ok {
 		if t.missHook != nil {
 			t.missHook()
@@ -105,7 +106,7 @@ func (t *tracker) decide(req Request) Decision {
 		named := namedBy(repo, req.Names)
 		inFlight, anyInFlight := t.pullsInFlight(repo)
 		anyInFlight = anyInFlight && !named
-		if rv, ok = t.images.loadRepository(req.ImageRef, repo); ok {
+		if rv, ok = t.images.loadRepositoryHashed(hr, hrepo, req.ImageRef, repo); ok {
 			return t.match(req, repo, rv)
 		}
 		g, rec := t.images.loadGroup(req.ImageRef)
@@ -206,19 +207,15 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 	return deny(req, noMatch(expired))
 }
 
-// decideByCell reports whether the entry (req.ImageRef, repo) has a cell
-// (cells.go) that makes the pod's first credential a match, as match would
-// find it: the entry lists secrets and is not node accessible (so match
-// would ask for the pod's credentials), no expiry is configured, the first
-// credential with a hash has the hash of the entry's first secret, and if
-// it is a named pull secret, its coordinates are that secret's (so match
-// would not remember them). False means "decide from the arena".
-func (t *tracker) decideByCell(req Request, repo string) bool {
-	if repo == "" {
-		return false // never an entry's (loadRepository)
-	}
-	hr := maphash.String(t.images.seed, req.ImageRef)
-	hrepo := maphash.String(t.images.seed, repo)
+// decideByCell reports whether the entry (req.ImageRef, repo), whose
+// hashes are hr and hrepo, has a cell (cells.go) that makes the pod's first
+// credential a match, as match would find it: the entry lists secrets and
+// is not node accessible (so match would ask for the pod's credentials), no
+// expiry is configured, the first credential with a hash has the hash of
+// the entry's first secret, and if it is a named pull secret, its
+// coordinates are that secret's (so match would not remember them). False
+// means "decide from the arena".
+func (t *tracker) decideByCell(req Request, hr, hrepo uint64) bool {
 	c, seq := t.images.cellFind(hr, hrepo, req.ImageRef)
 	if c == nil {
 		return false
@@ -232,7 +229,7 @@ func (t *tracker) decideByCell(req Request, repo string) bool {
 		if c[cellCredAt].Load() != binary.LittleEndian.Uint64(h[:8]) {
 			return false
 		}
-		if src := &creds[i].Source; src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
+		if src := &creds[i].Source; namedSecret(src) &&
 			uint32(c[cellCoordsAt].Load()) != coordsHash(t.images.seed, src.Namespace, src.Name, src.UID) {
 			return false
 		}
@@ -281,8 +278,13 @@ func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 // takes pointers, and is checked before that call, because it runs on
 // every decision that matches by hash.
 func (t *tracker) unlistedSecret(src *credential.Source, rv *repoView) bool {
-	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
-		!rv.mayListSecret(t.images.seed, src)
+	return namedSecret(src) && !rv.mayListSecret(t.images.seed, src)
+}
+
+// namedSecret reports whether src is a pull secret with a namespace and a
+// name: one whose coordinates a record may list.
+func namedSecret(src *credential.Source) bool {
+	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != ""
 }
 
 // rememberCoordinates records the coordinates of a pull secret admitted
