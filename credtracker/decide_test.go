@@ -225,7 +225,54 @@ func TestDecide(t *testing.T) {
 			},
 		},
 		{
-			name: "a pull of this name is in flight", image: appImage, ref: refApp,
+			name: "a pull of this image is in flight", image: appImage, ref: refApp,
+			setup: func(e *env) { require.NoError(e.t, e.tr.RecordPullIntent(appImage)) },
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   pul(credtracker.ReasonPullInFlight),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonPullInFlight),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonPullInFlight),
+			},
+		},
+		{
+			// The kubelet counts pull intents per image
+			// (getIntentCounterForImage): team/tool:v2 in flight leaves
+			// the preloaded team/tool:v1 free.
+			name: "a pull of another tag of the repository is in flight", image: appImage, ref: refApp,
+			setup: func(e *env) { require.NoError(e.t, e.tr.RecordPullIntent("registry.example/team-a/app:v2")) },
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   use(credtracker.ReasonPreloaded),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonNotAllowlisted),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonAlwaysVerify),
+			},
+		},
+		{
+			name: "a pull of the image's default tag is in flight, the pod names it without a tag", image: "registry.example/team-a/app", ref: refApp,
+			setup: func(e *env) { require.NoError(e.t, e.tr.RecordPullIntent("registry.example/team-a/app:latest")) },
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   pul(credtracker.ReasonPullInFlight),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonPullInFlight),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonPullInFlight),
+			},
+		},
+		{
+			name: "a pull without a tag is in flight, the pod names its default tag", image: "registry.example/team-a/app:latest", ref: refApp,
+			setup: func(e *env) { require.NoError(e.t, e.tr.RecordPullIntent("registry.example/team-a/app")) },
+			want: map[credtracker.Policy]outcome{
+				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
+				credtracker.NeverVerifyPreloadedImages:   pul(credtracker.ReasonPullInFlight),
+				credtracker.NeverVerifyAllowlistedImages: pul(credtracker.ReasonPullInFlight),
+				credtracker.AlwaysVerify:                 pul(credtracker.ReasonPullInFlight),
+			},
+		},
+		{
+			// A pull by tag may be storing this very digest, not yet
+			// recorded: a pod that names a digest of the repository waits
+			// for it (the kubelet would find no intent for the digest and
+			// call the image preloaded).
+			name: "a pull by tag is in flight, the pod names a digest of the repository", image: "registry.example/team-a/app@" + refApp, ref: refApp,
 			setup: func(e *env) { require.NoError(e.t, e.tr.RecordPullIntent("registry.example/team-a/app:v2")) },
 			want: map[credtracker.Policy]outcome{
 				credtracker.NeverVerify:                  use(credtracker.ReasonPolicyNeverVerify),
@@ -408,4 +455,27 @@ func TestNewRejectsBadConfig(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.wantErr)
 		})
 	}
+}
+
+// TestAllowlistedFamiliarNameDecides: a kubelet configuration's
+// preloadedImagesVerificationAllowlist: [ubuntu] frees a preloaded ubuntu
+// image for pods that spell it "ubuntu", "ubuntu:tag" or
+// "ubuntu@sha256:...", as the kubelet frees it, and in its fully qualified
+// spelling too; another repository is still not allowlisted, and a name
+// this node pulled with a secret still needs credentials.
+func TestAllowlistedFamiliarNameDecides(t *testing.T) {
+	e := newEnv(t, credtracker.Config{Policy: credtracker.NeverVerifyAllowlistedImages, Allowlist: []string{"ubuntu"}})
+	names := []string{"docker.io/library/ubuntu:24.04", "docker.io/library/ubuntu@" + refApp}
+	for _, image := range []string{"ubuntu", "ubuntu:24.04", "ubuntu@" + refApp, "docker.io/library/ubuntu:24.04"} {
+		for _, pp := range []corev1.PullPolicy{corev1.PullIfNotPresent, corev1.PullNever} {
+			d := e.tr.Decide(credtracker.Request{Image: image, ImageRef: refApp, Names: names, PullPolicy: pp})
+			assert.Equal(t, decision(credtracker.UseImage, credtracker.ReasonAllowlisted), d, "%s (%s)", image, pp)
+		}
+	}
+	d := e.tr.Decide(credtracker.Request{Image: "ubuntu2:1", ImageRef: refBase, Names: []string{"docker.io/library/ubuntu2:1"}, PullPolicy: corev1.PullNever})
+	assert.Equal(t, decision(credtracker.FailNeverPull, credtracker.ReasonNotAllowlisted), d)
+
+	e.pull("ubuntu:24.04", refApp, e.secretCred("docker.io", "team-a", "regcred", "uid-a", "alice", "pw"))
+	d = e.tr.Decide(credtracker.Request{Image: "ubuntu:24.04", ImageRef: refApp, Names: names, PullPolicy: corev1.PullNever})
+	assert.Equal(t, decision(credtracker.FailNeverPull, credtracker.ReasonNoMatch), d, "the allowlist frees preloaded images only")
 }

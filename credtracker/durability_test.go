@@ -97,7 +97,11 @@ func TestLeftoverIntentKeptWhenRuntimeCannotBeListed(t *testing.T) {
 	e.inv.err = errors.New("runtime unavailable")
 	e.restart()
 	assert.Equal(t, 1, e.tr.Status().Intents)
-	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent("registry.example/team-a/app:v9", refApp)).Reason)
+	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
+	assert.Equal(t, credtracker.ReasonPullInFlight, e.tr.Decide(ifNotPresent("registry.example/team-a/app@"+refApp, refApp)).Reason,
+		"the leftover pull may have stored this digest")
+	assert.Equal(t, credtracker.ReasonPreloaded, e.tr.Decide(ifNotPresent("registry.example/team-a/app:v9", refApp)).Reason,
+		"another tag is another image, as the kubelet counts intents")
 
 	e.inv.err = nil
 	e.inv.images = []credtracker.Image{{Ref: refApp, Names: []string{appImage}}}

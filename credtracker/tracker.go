@@ -44,6 +44,9 @@ type tracker struct {
 	intentMu sync.Mutex
 	intents  map[string]int // normalized image -> pulls in flight
 	inflight map[string]int // repository name -> pulls in flight
+	// (intents answers "is this image being pulled?", as the kubelet's
+	// intent counters do; inflight answers it for a pod that names a
+	// digest of the repository, which a pull by tag may be storing.)
 
 	status Status // guarded by writeMu after start-up
 
@@ -104,7 +107,7 @@ func (t *tracker) decide(req Request) Decision {
 		// flight then has either ended (and is in the records read now)
 		// or is counted.
 		named := namedBy(repo, req.Names)
-		inFlight, anyInFlight := t.pullsInFlight(repo)
+		inFlight, anyInFlight := t.pullsInFlight(req.Image, repo)
 		anyInFlight = anyInFlight && !named
 		if rv, ok = t.images.loadRepositoryHashed(hr, hrepo, req.ImageRef, repo); ok {
 			return t.match(req, repo, rv)
@@ -264,12 +267,29 @@ func deny(req Request, reason Reason) Decision {
 	return Decision{Action: Pull, Reason: reason}
 }
 
-// pullsInFlight reports whether a pull of repo, and whether a pull of
-// any image, is in flight, in one look at the counts.
-func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
+// pullsInFlight reports whether a pull of image (of repository repo) is
+// in flight, and whether a pull of any image is, in one look at the
+// counts. An image is counted per name, as the kubelet counts its pull
+// intents: a pull of team/tool:v2 does not hold up team/tool:v1, which
+// names another image ("alpine" and "alpine:latest" are one name). A pod
+// that names a digest is held up by any pull of its repository: a pull by
+// tag may be storing that very digest, not yet recorded.
+func (t *tracker) pullsInFlight(image, repo string) (ofImage, ofAny bool) {
+	key, _, err := normalizedImage(image)
 	t.intentMu.Lock()
 	defer t.intentMu.Unlock()
-	return t.inflight[repo] > 0, len(t.intents) > 0
+	switch {
+	case err != nil || strings.Contains(key[len(repo):], "@"):
+		// (decide parsed the name already: err is never set here.)
+		ofImage = t.inflight[repo] > 0
+	case key == repo:
+		ofImage = t.intents[key] > 0 || t.intents[key+":latest"] > 0
+	case key == repo+":latest":
+		ofImage = t.intents[key] > 0 || t.intents[repo] > 0
+	default:
+		ofImage = t.intents[key] > 0
+	}
+	return ofImage, len(t.intents) > 0
 }
 
 // unlistedSecret reports whether src, the source of a credential that

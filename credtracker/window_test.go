@@ -27,6 +27,7 @@ func TestDecideSeesAPullThatEndsDuringItsLookUp(t *testing.T) {
 		want  Reason
 	}{
 		{name: "by its name", image: image, want: ReasonNoMatch},
+		{name: "by a digest of its repository", image: "registry.example/tenant-a/private@" + ref, want: ReasonNoMatch},
 		{name: "by its image ID", image: ref, want: ReasonUnlistedName},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
