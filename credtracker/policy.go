@@ -59,41 +59,47 @@ type Allowlist struct {
 	unmatchable []string
 }
 
-// NewAllowlist parses allowlist patterns with the kubelet's rules:
+// NewAllowlist parses allowlist patterns, accepting exactly what the
+// kubelet's validation accepts:
 //
-//   - a pattern is either a normalized repository name, exactly as the
-//     kubelet normalizes it ("docker.io/library/alpine",
-//     "registry.example/team/app"; not "alpine", not with a tag or
-//     digest), or a prefix ending in "/*" ("registry.example/team/*"),
-//     compared with the normalized name as written (not normalized);
+//   - a pattern is either a repository name without tag or digest
+//     ("alpine", "docker.io/library/alpine", "registry.example/team/app"),
+//     or a prefix ending in "/*" ("registry.example/team/*", "bitnami/*");
 //   - no leading or trailing white space, no '*' anywhere else.
+//
+// The kubelet compares a pattern with the pod's image as the pod spells it,
+// so its "alpine" frees "alpine:3" but not "docker.io/library/alpine:3".
+// pullguard normalizes both sides, as it normalizes every name: "alpine"
+// is docker.io/library/alpine and frees every spelling of that repository;
+// "bitnami/*" is the prefix docker.io/bitnami/. A prefix that cannot be
+// normalized ("registry.example//*") is kept as written, matches no name, and is listed
+// by Unmatchable.
 //
 // An invalid pattern is an error naming the field, its index and value,
 // with the kubelet's reason.
 func NewAllowlist(patterns []string) (*Allowlist, error) {
 	a := &Allowlist{exact: make(map[string]struct{}, len(patterns))}
 	for i, p := range patterns {
-		prefix, wildcard, err := allowlistPattern(p)
+		name, wildcard, err := allowlistPattern(p)
 		if err != nil {
 			return nil, fmt.Errorf("%w: preloadedImagesVerificationAllowlist[%d] %q: %w", ErrInvalidPolicy, i, p, err)
 		}
 		if !wildcard {
-			a.exact[prefix] = struct{}{}
+			a.exact[name] = struct{}{}
 			continue
 		}
-		a.prefixes = append(a.prefixes, prefix)
-		// A prefix no normalized name can start with ("team/*": a Docker
-		// Hub name always starts with "docker.io/") is accepted, as the
-		// kubelet accepts it, but reported.
-		if repo, err := RepositoryName(prefix + "x"); err != nil || !strings.HasPrefix(repo, prefix) {
+		prefix, ok := normalizedPrefix(name)
+		if !ok {
 			a.unmatchable = append(a.unmatchable, p)
 		}
+		a.prefixes = append(a.prefixes, prefix)
 	}
 	return a, nil
 }
 
-// allowlistPattern checks one pattern and returns the exact name, or the
-// prefix (ending in "/") of a wildcard.
+// allowlistPattern checks one pattern with the kubelet's rules and returns
+// the normalized repository name, or the prefix (ending in "/", as
+// written) of a wildcard.
 func allowlistPattern(p string) (string, bool, error) {
 	if p != strings.TrimSpace(p) {
 		return "", false, errors.New("leading/trailing spaces are not allowed")
@@ -116,18 +122,31 @@ func allowlistPattern(p string) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("failed to parse as an image name: %w", err)
 	}
-	if suffix != "" || repo != trimmed {
-		if suffix == "" {
-			return "", false, fmt.Errorf("not a normalized repository name: the kubelet accepts only %q", repo)
-		}
+	if suffix != "" {
 		return "", false, errors.New("neither tag nor digest is accepted in an image reference")
 	}
-	return trimmed, false, nil
+	return repo, false, nil
 }
 
-// Unmatchable returns the wildcard patterns that no normalized repository
-// name can match (such as "team/*", as Docker Hub names start with
-// "docker.io/"). The kubelet accepts them silently; pullguard accepts them
+// normalizedPrefix normalizes a wildcard's prefix (ending in "/") as the
+// start of a repository name: "bitnami/" is docker.io/bitnami/,
+// "index.docker.io/" is docker.io/, "registry.example/team/" stays. It
+// normalizes the prefix followed by two path components (so that neither
+// "docker.io/" nor "library/" is mistaken for a whole official-image
+// name) and takes them off again. ok is false, and the prefix comes back
+// as written, when that is not a repository name.
+func normalizedPrefix(prefix string) (string, bool) {
+	const probe = "x/x"
+	repo, err := RepositoryName(prefix + probe)
+	if err != nil || !strings.HasSuffix(repo, "/"+probe) {
+		return prefix, false
+	}
+	return strings.TrimSuffix(repo, probe), true
+}
+
+// Unmatchable returns the wildcard patterns that no repository name can
+// match, because their prefix is not the start of one
+// ("registry.example//*"). The kubelet accepts them silently; pullguard accepts them
 // too, and its caller warns.
 func (a *Allowlist) Unmatchable() []string {
 	if a == nil {
