@@ -88,6 +88,32 @@ func Parse(fromConfig map[string]bool, flag string) (Gates, error) {
 	}, nil
 }
 
+// Split divides a KubeletConfiguration's featureGates into the gates
+// pullguard reads (its own, and the AllAlpha and AllBeta switches) and the
+// names of the others, sorted. The file is the kubelet's: the kubelet
+// checks the gates it knows, which pullguard cannot list, so a gate that
+// is not pullguard's is left alone rather than refused.
+func Split(fromConfig map[string]bool) (mine map[string]bool, others []string) {
+	fg, err := NewFeatureGate()
+	if err != nil {
+		// Unreachable: the specs above are static and valid.
+		panic(err)
+	}
+	known := fg.GetAll()
+	for name, v := range fromConfig {
+		if _, ok := known[featuregate.Feature(name)]; !ok {
+			others = append(others, name)
+			continue
+		}
+		if mine == nil {
+			mine = map[string]bool{}
+		}
+		mine[name] = v
+	}
+	sort.Strings(others)
+	return mine, others
+}
+
 // Known returns the names of pullguard's gates, sorted.
 func Known() []string {
 	names := make([]string, 0, len(specs))

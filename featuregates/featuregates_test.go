@@ -88,3 +88,37 @@ func TestVersionedSpecs(t *testing.T) {
 	assert.Equal(t, "1.35", ensure[1].Version.String())
 	assert.True(t, ensure[1].Default)
 }
+
+// TestSplit: of a KubeletConfiguration's featureGates, pullguard reads its
+// own gates and the AllAlpha/AllBeta switches, and names the others (the
+// kubelet's to check).
+func TestSplit(t *testing.T) {
+	tests := []struct {
+		name       string
+		in         map[string]bool
+		wantMine   map[string]bool
+		wantOthers []string
+	}{
+		{name: "none"},
+		{
+			name:       "the kubelet's gates beside pullguard's",
+			in:         map[string]bool{"KubeletEnsureSecretPulledImages": false, "GracefulNodeShutdown": true, "ImageVolume": true},
+			wantMine:   map[string]bool{"KubeletEnsureSecretPulledImages": false},
+			wantOthers: []string{"GracefulNodeShutdown", "ImageVolume"},
+		},
+		{
+			name:     "the global switches are read",
+			in:       map[string]bool{"AllBeta": false, "AllAlpha": true},
+			wantMine: map[string]bool{"AllBeta": false, "AllAlpha": true},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			mine, others := featuregates.Split(tt.in)
+			assert.Equal(t, tt.wantMine, mine)
+			assert.Equal(t, tt.wantOthers, others)
+			_, err := featuregates.Parse(mine, "")
+			assert.NoError(t, err)
+		})
+	}
+}

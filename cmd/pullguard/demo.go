@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	"github.com/pullguard/pullguard/pkg/registry"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
@@ -161,7 +162,7 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) erro
 
 	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice), state in %s\n\n", reg.Host(), rootDir)
 	start := func() (*node.Node, error) {
-		settings, err := node.ResolveSettings(nil, node.Flags{})
+		settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 		if err != nil {
 			return nil, err
 		}

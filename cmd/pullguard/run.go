@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 type runOptions struct {
@@ -103,7 +104,7 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 			return err
 		}
 	}
-	settings, err := node.LoadSettings(o.config, node.Flags{FeatureGates: o.featureGates, Policy: o.policy,
+	settings, err := nodeconfig.LoadSettings(o.config, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy,
 		RuntimeEndpoint: o.runtimeEndpoint, ImageEndpoint: o.imageEndpoint})
 	if err != nil {
 		return err

@@ -22,10 +22,10 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/featuregates"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
@@ -97,7 +97,7 @@ socket removed.`,
 // checkedServe is everything serve checked before touching any state.
 type checkedServe struct {
 	socket     string
-	settings   node.Settings
+	settings   nodeconfig.Settings
 	unrecorded criproxy.UnrecordedImages
 }
 
@@ -121,15 +121,16 @@ func (o *serveOptions) check() (checkedServe, error) {
 		return c, errors.New("--root-dir is required")
 	}
 	var kc *kubeletconfig.KubeletConfiguration
+	var warnings []string
 	if o.config != "" {
-		if kc, err = node.LoadKubeletConfig(o.config); err != nil {
+		if kc, warnings, err = nodeconfig.LoadKubeletConfig(o.config); err != nil {
 			return c, err
 		}
-		kc.FeatureGates = pullguardGates(kc.FeatureGates)
 	}
-	if c.settings, err = node.ResolveSettings(kc, node.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
+	if c.settings, err = nodeconfig.ResolveSettings(kc, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
 		return c, err
 	}
+	c.settings.Warnings = append(warnings, c.settings.Warnings...)
 	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
 		return c, fmt.Errorf("--unrecorded-images: %w", err)
 	}
@@ -139,30 +140,15 @@ func (o *serveOptions) check() (checkedServe, error) {
 	return c, nil
 }
 
-// pullguardGates keeps, of the kubelet's configured feature gates, the
-// ones pullguard knows: the file is the kubelet's, and its other gates are
-// none of pullguard's business (a gate pullguard does not know is still an
-// error in --feature-gates).
-func pullguardGates(gates map[string]bool) map[string]bool {
-	known := map[string]bool{}
-	for _, g := range featuregates.Known() {
-		known[g] = true
-	}
-	out := map[string]bool{}
-	for g, v := range gates {
-		if known[g] {
-			out[g] = v
-		}
-	}
-	return out
-}
-
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	c, err := o.check()
 	if err != nil {
 		return err
 	}
 	logger := klog.Background().WithName("serve")
+	for _, w := range c.settings.Warnings {
+		logger.Info("Configuration warning", "warning", w)
+	}
 	if o.metricsAddr != "" && o.metricsAddr != "0" {
 		// Before the tracker starts, so that its start-up gauges count.
 		registerMetrics()

@@ -11,6 +11,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 // unrecorded returns the runtime's images that have no record at all:
@@ -41,7 +42,7 @@ const unrecordedRemedy = "under the policy NeverVerifyPreloadedImages they count
 // warnUnrecorded warns once, at start-up, when the runtime holds images
 // that the records do not know, under a policy that lets every pod use
 // them: a new root directory over a runtime full of images.
-func warnUnrecorded(ctx context.Context, w io.Writer, n *node.Node, s node.Settings) {
+func warnUnrecorded(ctx context.Context, w io.Writer, n *node.Node, s nodeconfig.Settings) {
 	if !s.Gates.EnsureSecretPulledImages || (s.Policy != credtracker.NeverVerifyPreloadedImages && s.Policy != credtracker.NeverVerifyAllowlistedImages && s.Policy != "") {
 		return
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
 	"github.com/pullguard/pullguard/pkg/keyring"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
@@ -41,7 +42,7 @@ type Config struct {
 	// RuntimeEndpoint is a CRI socket ("unix:///run/containerd/containerd.sock");
 	// empty means the embedded runtime under RootDir.
 	RuntimeEndpoint string
-	Settings        Settings
+	Settings        nodeconfig.Settings
 	// CredentialProviderConfig and CredentialProviderBinDir are the
 	// kubelet's --image-credential-provider-config and -bin-dir.
 	CredentialProviderConfig string
@@ -70,7 +71,7 @@ type Node struct {
 // anything is written under RootDir, so bad input changes no state.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.RootDir == "" {
-		return nil, fmt.Errorf("%w: the root directory is required", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: the root directory is required", nodeconfig.ErrInvalidConfig)
 	}
 	logger := cfg.Logger
 	if logger.GetSink() == nil {
@@ -79,7 +80,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	var providerCfg *credentialprovider.Config
 	if cfg.CredentialProviderConfig != "" {
 		if cfg.CredentialProviderBinDir == "" {
-			return nil, fmt.Errorf("%w: --image-credential-provider-bin-dir is required with --image-credential-provider-config", ErrInvalidConfig)
+			return nil, fmt.Errorf("%w: --image-credential-provider-bin-dir is required with --image-credential-provider-config", nodeconfig.ErrInvalidConfig)
 		}
 		pc, err := credentialprovider.LoadConfig(cfg.CredentialProviderConfig)
 		if err != nil {

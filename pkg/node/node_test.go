@@ -12,13 +12,14 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 // TestOneNodePerRootDir: a second node on a root directory fails at once,
 // naming the holder, and creates nothing under it; after the first
 // closes, the root directory can be used again.
 func TestOneNodePerRootDir(t *testing.T) {
-	settings, err := node.ResolveSettings(nil, node.Flags{})
+	settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 	require.NoError(t, err)
 	root := t.TempDir()
 	cfg := node.Config{RootDir: root, Settings: settings, Logger: ktesting.NewLogger(t, ktesting.NewConfig())}

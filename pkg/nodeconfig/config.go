@@ -1,8 +1,9 @@
-package node
+package nodeconfig
 
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 
@@ -13,11 +14,22 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/featuregates"
-	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/boundedread"
 )
 
 // ErrInvalidConfig is wrapped by every error about the node's configuration.
 var ErrInvalidConfig = errors.New("invalid configuration")
+
+// The kubelet's defaults for the image pull throttle (registryPullQPS,
+// registryBurst in KubeletConfiguration v1beta1).
+const (
+	DefaultRegistryPullQPS = 5
+	DefaultRegistryBurst   = 10
+)
+
+// MaxFileBytes bounds a configuration file: far above any real kubelet
+// configuration, far below what would hurt a node's memory.
+const MaxFileBytes = 8 << 20
 
 // Settings are the kubelet settings pullguard uses, after the config file
 // and the flags are merged.
@@ -66,7 +78,13 @@ var kubeletScheme = func() *runtime.Scheme {
 	return s
 }()
 
-var kubeletCodecs = serializer.NewCodecFactory(kubeletScheme, serializer.EnableStrict)
+var (
+	kubeletCodecs = serializer.NewCodecFactory(kubeletScheme, serializer.EnableStrict)
+	// lenientCodecs decode a file that strict decoding refuses (an unknown
+	// or a duplicated field), as the kubelet does for v1beta1
+	// (DecodeKubeletConfiguration, with a warning).
+	lenientCodecs = serializer.NewCodecFactory(kubeletScheme)
+)
 
 // usedFields are the KubeletConfiguration fields pullguard applies.
 var usedFields = map[string]bool{
@@ -77,16 +95,34 @@ var usedFields = map[string]bool{
 }
 
 // LoadKubeletConfig reads a kubelet.config.k8s.io/v1beta1
-// KubeletConfiguration (YAML or JSON), strictly: unknown or duplicated
-// fields are errors. A file of another kind says so.
-func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, error) {
-	cfg, _, err := loadKubeletConfig(path)
-	return cfg, err
+// KubeletConfiguration (YAML or JSON) as the kubelet reads it: strictly
+// first, and, if only strictness fails (an unknown or a duplicated field),
+// leniently, with that failure in the warnings. A file of another kind, or
+// one whose fields have the wrong types, is an error.
+func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
+	cfg, _, warnings, err := loadKubeletConfig(path)
+	return cfg, warnings, err
 }
 
 // loadKubeletConfig also returns the top-level fields the file sets.
-func loadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
-	data, err := ReadFileLimited(path, 0)
+func loadKubeletConfig(path string) (cfg *kubeletconfig.KubeletConfiguration, keys, warnings []string, err error) {
+	cfg, keys, err = decodeKubeletConfig(path)
+	var strict *strictDecodingError
+	if errors.As(err, &strict) {
+		warnings = append(warnings, fmt.Sprintf("%s: read leniently, as the kubelet reads it: %v", path, strict.err))
+		err = nil
+	}
+	return cfg, keys, warnings, err
+}
+
+// strictDecodingError is a file that decodes only leniently; cfg holds
+// what lenient decoding made of it.
+type strictDecodingError struct{ err error }
+
+func (e *strictDecodingError) Error() string { return e.err.Error() }
+
+func decodeKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
+	data, err := readFile(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
 	}
@@ -99,7 +135,17 @@ func loadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []stri
 		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration (apiVersion %v, kind %v; want apiVersion %s, kind KubeletConfiguration)",
 			ErrInvalidConfig, path, quoteAny(av), quoteAny(kind), want)
 	}
+	keys := make([]string, 0, len(top))
+	for k := range top {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	obj, _, err := kubeletCodecs.UniversalDeserializer().Decode(data, nil, nil)
+	var strictErr error
+	if runtime.IsStrictDecodingError(err) {
+		strictErr = err
+		obj, _, err = lenientCodecs.UniversalDeserializer().Decode(data, nil, nil)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, path, err)
 	}
@@ -107,11 +153,9 @@ func loadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []stri
 	if !ok {
 		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration", ErrInvalidConfig, path)
 	}
-	keys := make([]string, 0, len(top))
-	for k := range top {
-		keys = append(keys, k)
+	if strictErr != nil {
+		return cfg, keys, &strictDecodingError{err: strictErr}
 	}
-	sort.Strings(keys)
 	return cfg, keys, nil
 }
 
@@ -130,11 +174,13 @@ func LoadSettings(path string, flags Flags) (Settings, error) {
 	if path == "" {
 		return resolve(nil, nil, "", flags)
 	}
-	cfg, keys, err := loadKubeletConfig(path)
+	cfg, keys, warnings, err := loadKubeletConfig(path)
 	if err != nil {
 		return Settings{}, err
 	}
-	return resolve(cfg, keys, path, flags)
+	s, err := resolve(cfg, keys, path, flags)
+	s.Warnings = append(warnings, s.Warnings...)
+	return s, err
 }
 
 // ResolveSettings merges the config file (nil: none) and the flags, which
@@ -157,7 +203,10 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, from, fmt.Sprintf(format, args...)))
 	}
 
-	gates, err := featuregates.Parse(cfg.FeatureGates, flags.FeatureGates)
+	// The file's featureGates are the kubelet's: it checks the gates it
+	// knows, pullguard reads its own and leaves the others alone.
+	configGates, otherGates := featuregates.Split(cfg.FeatureGates)
+	gates, err := featuregates.Parse(configGates, flags.FeatureGates)
 	if err != nil {
 		return Settings{}, fmt.Errorf("%w: %s or --feature-gates: featureGates: %v", ErrInvalidConfig, source, err)
 	}
@@ -168,8 +217,8 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 	s := Settings{
 		Gates:                    gates,
 		Allowlist:                cfg.PreloadedImagesVerificationAllowlist,
-		RegistryPullQPS:          imagemanager.DefaultRegistryQPS,
-		RegistryBurst:            imagemanager.DefaultRegistryBurst,
+		RegistryPullQPS:          DefaultRegistryPullQPS,
+		RegistryBurst:            DefaultRegistryBurst,
 		ContainerRuntimeEndpoint: firstSet(flags.RuntimeEndpoint, cfg.ContainerRuntimeEndpoint),
 		ImageServiceEndpoint:     firstSet(flags.ImageEndpoint, cfg.ImageServiceEndpoint),
 	}
@@ -189,7 +238,7 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 			fail(source, "%v", err)
 		} else {
 			for _, u := range a.Unmatchable() {
-				s.Warnings = append(s.Warnings, fmt.Sprintf("%s: preloadedImagesVerificationAllowlist %q never matches: no normalized repository name starts with it (Docker Hub names start with \"docker.io/\")", source, u))
+				s.Warnings = append(s.Warnings, fmt.Sprintf("%s: preloadedImagesVerificationAllowlist %q never matches: no repository name starts with it", source, u))
 			}
 		}
 	} else {
@@ -233,6 +282,9 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 		return Settings{}, err
 	}
 
+	if len(otherGates) > 0 {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%s: featureGates not used by pullguard: %s", source, strings.Join(otherGates, ", ")))
+	}
 	var unused []string
 	for _, k := range keys {
 		if !usedFields[k] {
@@ -252,4 +304,21 @@ func firstSet(values ...string) string {
 		}
 	}
 	return ""
+}
+
+// readFile reads a configuration file of at most MaxFileBytes.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := boundedread.Read(f, MaxFileBytes)
+	if errors.Is(err, boundedread.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %s is larger than the limit of %d bytes", ErrInvalidConfig, path, MaxFileBytes)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return data, nil
 }

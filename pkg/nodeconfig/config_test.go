@@ -1,4 +1,4 @@
-package node_test
+package nodeconfig_test
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 const kcHead = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
@@ -22,9 +22,9 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		name    string
 		file    string // after kcHead; "" for no file
 		raw     string // the whole file, instead of kcHead+file
-		flags   node.Flags
+		flags   nodeconfig.Flags
 		wantErr []string // fragments; nil when the kubelet accepts
-		check   func(t *testing.T, s node.Settings)
+		check   func(t *testing.T, s nodeconfig.Settings)
 	}{
 		{
 			name:    "allowlist with the default policy",
@@ -39,19 +39,82 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		{
 			name: "allowlist with NeverVerifyAllowlistedImages",
 			file: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.example/*\"]\n",
-			check: func(t *testing.T, s node.Settings) {
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				assert.Equal(t, credtracker.NeverVerifyAllowlistedImages, s.Policy)
 				assert.Equal(t, []string{"registry.example/*"}, s.Allowlist)
 				assert.Empty(t, s.Warnings)
 			},
 		},
 		{
-			name: "allowlist prefix no normalized name has",
-			file: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"bitnami/*\"]\n",
-			check: func(t *testing.T, s node.Settings) {
-				assert.Equal(t, []string{"bitnami/*"}, s.Allowlist, "accepted, as the kubelet accepts it")
+			name: "allowlist with familiar names and a Docker Hub account's prefix",
+			file: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [ubuntu, \"bitnami/*\", library/busybox]\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.Equal(t, []string{"ubuntu", "bitnami/*", "library/busybox"}, s.Allowlist, "accepted, as the kubelet accepts them")
+				assert.Empty(t, s.Warnings)
+			},
+		},
+		{
+			name: "allowlist prefix no repository name has",
+			file: "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"registry.example//*\"]\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.Equal(t, []string{"registry.example//*"}, s.Allowlist, "accepted, as the kubelet accepts it")
 				require.Len(t, s.Warnings, 1)
-				assert.Contains(t, s.Warnings[0], `"bitnami/*" never matches`)
+				assert.Contains(t, s.Warnings[0], `"registry.example//*" never matches`)
+			},
+		},
+		{
+			name:    "allowlist name with a tag",
+			file:    "imagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\npreloadedImagesVerificationAllowlist: [\"ubuntu:24.04\"]\n",
+			wantErr: []string{"kc.yaml", "preloadedImagesVerificationAllowlist[0]", "neither tag nor digest is accepted"},
+		},
+		{
+			name: "the kubelet's other feature gates are left to the kubelet",
+			file: "featureGates: {GracefulNodeShutdown: true, ImageVolume: true, KubeletEnsureSecretPulledImages: true}\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.True(t, s.Gates.EnsureSecretPulledImages)
+				require.Len(t, s.Warnings, 1)
+				assert.Contains(t, s.Warnings[0], "featureGates not used by pullguard: GracefulNodeShutdown, ImageVolume")
+			},
+		},
+		{
+			name: "AllBeta=false turns the beta gates off, as in the kubelet",
+			file: "featureGates: {AllBeta: false}\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.False(t, s.Gates.EnsureSecretPulledImages)
+				assert.False(t, s.Gates.ServiceAccountTokenForCredentialProviders)
+				assert.Empty(t, s.Warnings)
+			},
+		},
+		{
+			name: "an unknown field: read leniently, as the kubelet reads v1beta1",
+			file: "imagePullCredentialsVerificationPolicy: AlwaysVerify\nnoSuchField: 1\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.Equal(t, credtracker.AlwaysVerify, s.Policy)
+				require.Len(t, s.Warnings, 2)
+				assert.Contains(t, s.Warnings[0], "kc.yaml: read leniently, as the kubelet reads it")
+				assert.Contains(t, s.Warnings[0], "noSuchField")
+				assert.Contains(t, s.Warnings[1], "fields not used by pullguard: noSuchField")
+			},
+		},
+		{
+			name: "a duplicated field: read leniently, the last one wins",
+			file: "registryBurst: 3\nregistryBurst: 4\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.Equal(t, 4, s.RegistryBurst)
+				require.NotEmpty(t, s.Warnings)
+				assert.Contains(t, s.Warnings[0], "read leniently")
+			},
+		},
+		{
+			name:    "a field of the wrong type is still an error",
+			file:    "registryBurst: many\n",
+			wantErr: []string{"kc.yaml", "registryBurst"},
+		},
+		{
+			name: "registryPullQPS 0 (no limit)",
+			file: "registryPullQPS: 0\n",
+			check: func(t *testing.T, s nodeconfig.Settings) {
+				assert.Zero(t, s.RegistryPullQPS)
 			},
 		},
 		{
@@ -71,7 +134,7 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		},
 		{
 			name:    "policy flag while the gate flag is off",
-			flags:   node.Flags{FeatureGates: "KubeletEnsureSecretPulledImages=false", Policy: "AlwaysVerify"},
+			flags:   nodeconfig.Flags{FeatureGates: "KubeletEnsureSecretPulledImages=false", Policy: "AlwaysVerify"},
 			wantErr: []string{"--image-pull-credentials-verification-policy", "must not be set"},
 		},
 		{
@@ -82,7 +145,7 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		{
 			name: "maxParallelImagePulls 1 with serializeImagePulls true",
 			file: "serializeImagePulls: true\nmaxParallelImagePulls: 1\n",
-			check: func(t *testing.T, s node.Settings) {
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				assert.True(t, s.SerializeImagePulls)
 				assert.Equal(t, int32(1), s.MaxParallelImagePulls)
 			},
@@ -90,7 +153,7 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		{
 			name: "maxParallelImagePulls above 1 alone turns serialization off (defaulting)",
 			file: "maxParallelImagePulls: 3\n",
-			check: func(t *testing.T, s node.Settings) {
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				assert.False(t, s.SerializeImagePulls)
 				assert.Equal(t, int32(3), s.MaxParallelImagePulls)
 			},
@@ -123,15 +186,15 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		{
 			name: "endpoints from the file",
 			file: "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n",
-			check: func(t *testing.T, s node.Settings) {
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				assert.Equal(t, "unix:///run/containerd/containerd.sock", s.ImageEndpoint())
 			},
 		},
 		{
 			name:  "flags win over the file's endpoints",
 			file:  "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nimageServiceEndpoint: unix:///run/images.sock\n",
-			flags: node.Flags{ImageEndpoint: "unix:///run/flag-images.sock"},
-			check: func(t *testing.T, s node.Settings) {
+			flags: nodeconfig.Flags{ImageEndpoint: "unix:///run/flag-images.sock"},
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				assert.Equal(t, "unix:///run/containerd/containerd.sock", s.ContainerRuntimeEndpoint)
 				assert.Equal(t, "unix:///run/flag-images.sock", s.ImageEndpoint())
 			},
@@ -139,7 +202,7 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 		{
 			name: "a kubeadm-style file: unused fields are named in a warning",
 			file: "cgroupDriver: systemd\nclusterDNS: [10.96.0.10]\nimageGCHighThresholdPercent: 85\ncontainerRuntimeEndpoint: unix:///run/containerd/containerd.sock\n",
-			check: func(t *testing.T, s node.Settings) {
+			check: func(t *testing.T, s nodeconfig.Settings) {
 				require.Len(t, s.Warnings, 1)
 				assert.Contains(t, s.Warnings[0], "kc.yaml: fields not used by pullguard: cgroupDriver, clusterDNS, imageGCHighThresholdPercent")
 				assert.NotContains(t, s.Warnings[0], "containerRuntimeEndpoint")
@@ -157,9 +220,9 @@ func TestSettingsAsTheKubelet(t *testing.T) {
 				}
 				require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
 			}
-			s, err := node.LoadSettings(path, tt.flags)
+			s, err := nodeconfig.LoadSettings(path, tt.flags)
 			if tt.wantErr != nil {
-				require.ErrorIs(t, err, node.ErrInvalidConfig)
+				require.ErrorIs(t, err, nodeconfig.ErrInvalidConfig)
 				for _, w := range tt.wantErr {
 					assert.Contains(t, err.Error(), w)
 				}

@@ -11,12 +11,13 @@ import (
 
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 // startNode assembles a node in this process on the suite's containerd.
 func startNode(t *testing.T, root string) *node.Node {
 	t.Helper()
-	settings, err := node.ResolveSettings(nil, node.Flags{})
+	settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 	require.NoError(t, err)
 	n, err := node.Start(context.Background(), node.Config{RootDir: root, RuntimeEndpoint: h.containerd.endpoint(), Settings: settings, Logger: klog.Background().V(10)})
 	require.NoError(t, err)
