@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet bench bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit upstream-parity e2e e2e-kubelet bench bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -24,11 +24,18 @@ FORCE:
 ## test: vet, then every test with the race detector, the e2e suite included
 ## (./test/e2e: as root it installs containerd, runc and docker-registry when
 ## missing; in CI a missing prerequisite fails, elsewhere the suite skips),
-## then the scenarios under a real kubelet (e2e-kubelet).
-test: lint unit e2e-kubelet
+## then the verdicts checked against the upstream kubelet's own code
+## (upstream-parity) and the scenarios under a real kubelet (e2e-kubelet).
+test: lint unit upstream-parity e2e-kubelet
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+## upstream-parity: pullguard beside the upstream kubelet's own code, in one
+## process (bench/upstream, a module of its own that links k8s.io/kubernetes):
+## every KubeletConfiguration the kubelet accepts, pullguard accepts.
+upstream-parity:
+	cd bench/upstream && $(GO) test -count=1 -run 'Parity' .
 
 ## e2e: only the multi-tenant scenarios on a real containerd and registry.
 e2e:
