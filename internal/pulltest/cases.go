@@ -169,8 +169,14 @@ func Auth() *runtimeapi.AuthConfig {
 
 // Secret is the table's credential as a pull secret of namespace ns.
 func Secret(ns, name string) *corev1.Secret {
-	cfg := map[string]any{"auths": map[string]any{Host: map[string]string{
-		"username": User, "password": Password, "auth": base64.StdEncoding.EncodeToString([]byte(User + ":" + Password)),
+	return DockerConfigSecret(ns, name, Host, User, Password)
+}
+
+// DockerConfigSecret is a kubernetes.io/dockerconfigjson secret of
+// namespace ns holding user's credential for host.
+func DockerConfigSecret(ns, name, host, user, password string) *corev1.Secret {
+	cfg := map[string]any{"auths": map[string]any{host: map[string]string{
+		"username": user, "password": password, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + password)),
 	}}}
 	data, _ := json.Marshal(cfg)
 	return &corev1.Secret{
