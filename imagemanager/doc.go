@@ -6,7 +6,8 @@
 // asks the credential tracker what to do (use the present image, pull it,
 // or fail with ErrImageNeverPull), and for a pull tries the pod's
 // credentials in keyring order through the CRI image service until one
-// succeeds, recording the one that did. It records kubelet-style events
+// succeeds, recording the one that did: the guarded pull of package
+// guardedpull, which pullguard serve's proxy makes too. It records kubelet-style events
 // on the pod (the audit trail), backs off failing pulls per pod and image,
 // limits parallel pulls and registry QPS as the kubelet's configuration
 // names them, and prunes the tracker after image garbage collection.

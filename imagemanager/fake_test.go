@@ -29,6 +29,9 @@ type fakeRuntime struct {
 	maxSeen  int
 	started  chan string   // receives the image of each pull as it starts, if set
 	release  chan struct{} // pulls wait for a token, if set
+	// storeFirst makes a pull store the image before it waits for
+	// release: a pull whose pod gives up after the runtime stored it.
+	storeFirst bool
 	// repoDigests are given to every image a pull creates.
 	repoDigests []string
 }
@@ -92,13 +95,18 @@ func (f *fakeRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec,
 	f.pulls = append(f.pulls, pullCall{image: spec.Image, user: user})
 	f.inFlight++
 	f.maxSeen = max(f.maxSeen, f.inFlight)
-	started, release := f.started, f.release
+	started, release, storeFirst := f.started, f.release, f.storeFirst
 	f.mu.Unlock()
 	defer func() {
 		f.mu.Lock()
 		f.inFlight--
 		f.mu.Unlock()
 	}()
+	if storeFirst {
+		if _, err := f.store(spec, auth); err != nil {
+			return "", err
+		}
+	}
 	if started != nil {
 		started <- spec.Image
 	}
@@ -110,8 +118,17 @@ func (f *fakeRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec,
 		}
 	}
 
+	return f.store(spec, auth)
+}
+
+// store pulls from the model registry and stores the image.
+func (f *fakeRuntime) store(spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	user := ""
+	if auth != nil {
+		user = auth.Username
+	}
 	name := spec.Image
 	if f.down {
 		return "", fmt.Errorf("failed to pull and unpack image %q: failed to resolve reference %q: dial tcp 127.0.0.1:5000: connect: connection refused", name, name)

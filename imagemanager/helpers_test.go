@@ -2,8 +2,6 @@ package imagemanager_test
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/pulltest"
 )
 
 const (
@@ -80,16 +79,7 @@ func secret(ns, name, user string) *corev1.Secret {
 // registrySecret makes a kubernetes.io/dockerconfigjson secret for user on
 // host.
 func registrySecret(ns, name, host, user string) *corev1.Secret {
-	pw := passwords[user]
-	cfg := map[string]any{"auths": map[string]any{host: map[string]string{
-		"username": user, "password": pw, "auth": base64.StdEncoding.EncodeToString([]byte(user + ":" + pw)),
-	}}}
-	data, _ := json.Marshal(cfg)
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name + "-uid")},
-		Type:       corev1.SecretTypeDockerConfigJson,
-		Data:       map[string][]byte{corev1.DockerConfigJsonKey: data},
-	}
+	return pulltest.DockerConfigSecret(ns, name, host, user, passwords[user])
 }
 
 func (e *env) ensure(p *corev1.Pod, image string, pp corev1.PullPolicy, secrets ...*corev1.Secret) (imagemanager.Result, error) {

@@ -21,8 +21,8 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/internal/hostile"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // headTrustingRuntime resolves a reference as containerd 1.6 does: a HEAD
@@ -126,9 +126,7 @@ func TestRegistryThatOnlyClaimsADigest(t *testing.T) {
 				t.Cleanup(func() { _ = tr.Close() })
 				opts := []imagemanager.Option{imagemanager.WithLogger(ktesting.NewLogger(t, ktesting.NewConfig()))}
 				if verify {
-					opts = append(opts, imagemanager.WithManifestVerification(func(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-						return pgruntime.VerifyManifest(ctx, image, auth, expected)
-					}))
+					opts = append(opts, imagemanager.WithManifestVerification(guardedpull.RegistryVerifier()))
 				}
 				e := &env{t: t, tr: tr, rec: record.NewFakeRecorder(1000)}
 				e.m, err = imagemanager.New(rt, tr, e.rec, opts...)

@@ -17,6 +17,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/imageref"
 	"github.com/pullguard/pullguard/pkg/keyring"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
@@ -56,7 +57,9 @@ type Manager struct {
 	prevErr pullErrors              // the last pull failure by back-off key
 	slots   chan struct{}           // pull slots; nil means unlimited
 	limiter flowcontrol.RateLimiter // registry QPS; nil means unlimited
-	verify  ManifestVerifier        // checks a runtime's pull; nil means none
+	puller  *guardedpull.Puller     // intent, pull, verification, record
+
+	verifier guardedpull.Verifier // checks a runtime's pull; nil means none
 
 	// options, applied in New
 	serialize          bool
@@ -102,6 +105,17 @@ func WithSerializedPulls(serialize bool) Option { return func(m *Manager) { m.se
 // WithMaxParallelImagePulls bounds parallel pulls when they are not
 // serialized (the kubelet's maxParallelImagePulls; 0 means no bound).
 func WithMaxParallelImagePulls(n int32) Option { return func(m *Manager) { m.maxParallel = n } }
+
+// WithManifestVerification checks every pull the runtime reports done
+// with v before the manager accepts it (see guardedpull.WithVerifier;
+// guardedpull.RegistryVerifier asks the registry). Use it with a runtime
+// that resolves a reference by trusting the registry's
+// Docker-Content-Digest header (containerd does); the embedded runtime
+// checks the bytes itself and needs none. A failed check fails that
+// credential's pull: nothing is recorded and the name needs verification.
+func WithManifestVerification(v guardedpull.Verifier) Option {
+	return func(m *Manager) { m.verifier = v }
+}
 
 // WithRegistryQPS limits pulls per second with a token bucket (the
 // kubelet's registryPullQPS and registryBurst; qps 0 means no limit). A
@@ -155,6 +169,11 @@ func New(images ImageService, tracker credtracker.Tracker, recorder record.Event
 		m.limiter = flowcontrol.NewTokenBucketRateLimiterWithClock(m.qps, m.burst, m.clock)
 	}
 	m.backoff = flowcontrol.NewFakeBackOff(m.backoffInit, m.bkMax, m.clock)
+	puller, err := guardedpull.New(images, tracker, guardedpull.WithVerifier(m.verifier), guardedpull.WithLogger(m.logger))
+	if err != nil {
+		return nil, fmt.Errorf("image manager: %w", err)
+	}
+	m.puller = puller
 	return m, nil
 }
 

@@ -236,26 +236,58 @@ func TestMalformedSecretIsSkippedAndReported(t *testing.T) {
 	assert.Equal(t, []string{"FailedToRetrieveImagePullSecret", "Pulling", "Pulled"}, reasons(evs))
 }
 
+// TestIntentResolvedOnFailureAndCancellation: the intent is durable while
+// the pull runs and resolved after it fails or its pod gives up. A pull
+// cancelled after the runtime stored the image records it as pulled with
+// no known credential: it must not look preloaded to the next pod (this
+// test used to assert that nothing was recorded). internal/pulltest has
+// the same cases for both front ends.
 func TestIntentResolvedOnFailureAndCancellation(t *testing.T) {
 	e := newEnv(t, true)
 	_, err := e.ensure(pod("team-b", "p1"), privImage, corev1.PullIfNotPresent)
 	require.ErrorIs(t, err, imagemanager.ErrImagePull)
 	assert.Equal(t, 0, e.tr.Status().Intents)
-
-	e.rt.started = make(chan string, 1)
-	e.rt.release = make(chan struct{})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() {
-		_, err := e.m.EnsureImageExists(ctx, imagemanager.Request{Pod: pod("team-a", "p1"), Image: privImage, PullPolicy: corev1.PullIfNotPresent, PullSecrets: []*corev1.Secret{secret("team-a", "regcred", "alice")}})
-		done <- err
-	}()
-	<-e.rt.started
-	assert.Equal(t, 1, e.tr.Status().Intents, "the intent is durable while the pull runs")
-	cancel()
-	assert.ErrorIs(t, <-done, imagemanager.ErrImagePull)
-	assert.Equal(t, 0, e.tr.Status().Intents)
 	assert.Empty(t, e.tr.Records())
+
+	tests := []struct {
+		name       string
+		storeFirst bool
+		wantRecord bool
+	}{
+		{name: "cancelled before the runtime stored the image"},
+		{name: "cancelled after the runtime stored the image", storeFirst: true, wantRecord: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, true)
+			e.rt.started = make(chan string, 1)
+			e.rt.release = make(chan struct{})
+			e.rt.storeFirst = tt.storeFirst
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() {
+				_, err := e.m.EnsureImageExists(ctx, imagemanager.Request{Pod: pod("team-a", "p1"), Image: privImage, PullPolicy: corev1.PullIfNotPresent, PullSecrets: []*corev1.Secret{secret("team-a", "regcred", "alice")}})
+				done <- err
+			}()
+			<-e.rt.started
+			assert.Equal(t, 1, e.tr.Status().Intents, "the intent is durable while the pull runs")
+			cancel()
+			assert.ErrorIs(t, <-done, imagemanager.ErrImagePull)
+			assert.Equal(t, 0, e.tr.Status().Intents)
+			if !tt.wantRecord {
+				assert.Empty(t, e.tr.Records())
+				return
+			}
+			recs := e.tr.Records()
+			require.Len(t, recs, 1)
+			rr := recs[0].Repositories["registry.example/team-a/app"]
+			require.NotNil(t, rr)
+			assert.False(t, rr.NodeAccessible)
+			assert.Empty(t, rr.Secrets, "no credential is known to have pulled it")
+			_, err := e.ensure(pod("team-b", "p2"), privImage, corev1.PullNever)
+			assert.ErrorIs(t, err, imagemanager.ErrImageNeverPull, "the image does not look preloaded")
+		})
+	}
 }
 
 func TestBackOff(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 // verifierCalls records what the manager asked a verifier.
@@ -51,7 +52,7 @@ func TestManifestVerification(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := &verifierCalls{err: tt.verifierErr}
-			e := newEnv(t, true, imagemanager.WithManifestVerification(v.verify))
+			e := newEnv(t, true, imagemanager.WithManifestVerification(guardedpull.VerifierFunc(v.verify)))
 			e.rt.serve(digestRef+":x", refPub) // the fake keys by name with a tag
 			e.rt.refs[digestRef] = refPub
 			e.rt.repoDigests = tt.repoDigests

@@ -17,13 +17,13 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/metrics/legacyregistry"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/node"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
@@ -240,13 +240,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []criproxy.Option {
 	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow)}
 	if !o.embedded() && c.settings.Gates.EnsureSecretPulledImages {
-		opts = append(opts, criproxy.WithManifestVerification(verifyManifest))
+		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier()))
 	}
 	return opts
-}
-
-func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-	return pgruntime.VerifyManifest(ctx, image, auth, expected)
 }
 
 func (o *serveOptions) embedded() bool { return o.backend == "" || o.backend == EmbeddedEndpoint }

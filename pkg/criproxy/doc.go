@@ -17,8 +17,9 @@
 //   - PullImage carries the pod (sandbox_config.metadata) and one
 //     credential (auth). A credential whose keyed hash already pulled the
 //     image under the asked name gets the image's ref with no registry
-//     contact; anything else is forwarded, after a durable pull intent, and
-//     a success is recorded.
+//     contact; anything else is forwarded through the guarded pull of
+//     package guardedpull (the image manager's): a durable pull intent, the
+//     backend's pull, its verification, and the record.
 //   - RemoveImage prunes the records of images that are gone.
 //   - ListImages, ImageFsInfo and StreamImages pass through.
 //

@@ -2,6 +2,7 @@ package criproxy
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -12,14 +13,10 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/keyring"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
-
-// afterPullTimeout bounds the backend calls made after a pull ended (the
-// image's ID, the check after a cancelled pull), which must run even when
-// the caller's context is gone.
-const afterPullTimeout = 30 * time.Second
 
 // PullImage applies the decision to one of a pod's credentials.
 //
@@ -27,18 +24,22 @@ const afterPullTimeout = 30 * time.Second
 // this name gets the image's ref at once, with no registry contact, when
 // ImageStatus reported the image absent shortly before (the kubelet's
 // IfNotPresent path; see DefaultAnswerWindow). Any
-// other request (an anonymous one included) is forwarded: a durable pull
-// intent first (if it cannot be written, nothing is pulled), then the
-// backend's pull, which for a present image fetches only the manifest, so
-// the registry decides. With WithManifestVerification, a success must then
-// pass the check that the registry served the manifest bytes the backend
-// resolved ("no digest without bytes"): a failure is PermissionDenied,
-// records nothing and leaves the intent unresolved, so that the name needs
-// verification. A success is recorded: an anonymous pull makes the
-// image node-accessible under this name, a pull with a credential records
-// its keyed hash (see recordSource). A failure resolves the intent and
-// returns the backend's error as it is (the registry's 401 reaches the
-// pod's events).
+// other request (an anonymous one included) is forwarded through the
+// guarded pull (package guardedpull, the image manager's too): a durable
+// pull intent first (if it cannot be written, nothing is pulled:
+// Unavailable), then the backend's pull, which for a present image
+// fetches only the manifest, so the registry decides. With
+// WithManifestVerification, a success must then pass the check that the
+// registry served the manifest bytes the backend resolved ("no digest
+// without bytes"): a failure is PermissionDenied, records nothing and
+// leaves the intent unresolved, so that the name needs verification. A
+// success is recorded: an anonymous pull makes the image node-accessible
+// under this name, a pull with a credential records its keyed hash (see
+// recordSource). A failure returns the backend's error with its code and
+// without the credential (the registry's 401 reaches the pod's events);
+// if the backend stored an image under the name although the pull failed
+// or the kubelet gave up on it, the name is recorded as pulled with no
+// known credential (every pod verifies).
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	defer observe("PullImage", time.Now())
 	spec := req.GetImage()
@@ -54,7 +55,8 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		return nil, invalid("PullImage: image %q is not a valid image reference", truncate(image, 256))
 	}
 	meta := req.GetSandboxConfig().GetMetadata()
-	logger := s.logger.WithValues("image", image, "pod", klog.KRef(meta.GetNamespace(), meta.GetName()), "podUID", meta.GetUid())
+	podLogger := s.logger.WithValues("pod", klog.KRef(meta.GetNamespace(), meta.GetName()), "podUID", meta.GetUid())
+	logger := podLogger.WithValues("image", image)
 	cred := criCredential(s.hasher, im.Registry, req.GetAuth())
 
 	if !s.admit() {
@@ -74,56 +76,37 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	if s.hidden != nil {
 		s.hidden.forget(image) // the pull may move the tag
 	}
-	if err := s.tracker.RecordPullIntent(image); err != nil {
+	rec := cred
+	if !cred.Anonymous() {
+		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)
+	}
+	res, err := s.puller.Pull(klog.NewContext(ctx, podLogger), guardedpull.Request{
+		Spec: spec, Sandbox: req.GetSandboxConfig(), Attempts: []guardedpull.Attempt{{Auth: req.GetAuth(), Credential: rec}},
+	})
+	switch {
+	case errors.Is(err, guardedpull.ErrNoIntent):
 		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
 		countDecision("PullImage", "failed", 0)
 		return nil, status.Errorf(codes.Unavailable, "pullguard could not record the pull of %q before pulling; not pulling", image)
-	}
-	ref, err := s.backend.PullImage(ctx, spec, req.GetAuth(), req.GetSandboxConfig())
-	if err != nil {
-		// The runtime's error may quote the registry's answer, which may
-		// echo the credential it was sent: it is redacted before it is
-		// logged or becomes the pod's event.
-		err = redactedError(backendError("PullImage", err), req.GetAuth())
-		s.pullFailed(ctx, logger, spec, err)
-		return nil, err
-	}
-	after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterPullTimeout)
-	defer cancel()
-	img := s.pulledImage(after, spec, ref)
-	// The caller's context: a pull the kubelet gave up on fails its check
-	// and stays unverified, which only asks for more verification.
-	if digest, err := s.verifyPull(ctx, image, req.GetAuth(), img); err != nil {
-		// The backend may now hold the name for content the registry never
-		// served. The intent stays unresolved, as the image manager leaves
-		// it: the name needs verification in this process (a pull in
-		// flight) and after a restart (pulled with no known credential).
-		msg := pgruntime.RedactAuth(err.Error(), req.GetAuth())
+	case errors.Is(err, guardedpull.ErrUnverified):
+		// The backend may now hold the name for content the registry
+		// never served: nothing is recorded and the name requires
+		// verification. The error holds no credential.
 		countDecision("PullImage", "unverified", 0)
-		logger.Info("Refusing the pull: the registry did not serve the manifest the runtime resolved; nothing is recorded and the name requires verification", "err", msg)
-		return nil, unverifiedError(image, req.GetAuth(), err)
-	} else if digest != "" {
-		logger.V(3).Info("Verified the registry served the manifest", "digest", digest)
-	}
-	id := ref
-	if img.GetId() != "" {
-		id = img.GetId()
-	}
-	rec := cred
-	src := "anonymous"
-	if !cred.Anonymous() {
-		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)
-		src = rec.Source.String()
-	}
-	if err := s.tracker.RecordImagePulled(image, id, rec); err != nil {
-		logger.Error(err, "The pull succeeded but its record may not survive a restart")
+		return nil, status.Errorf(codes.PermissionDenied, "pullguard: the registry did not serve the manifest of %q that the runtime resolved, so the pull is not accepted: %v", image, err)
+	case err != nil:
+		// The runtime's error, with every form of the credential removed
+		// (it may quote a registry that echoed it), keeps its code: the
+		// registry's 401 reaches the pod's events.
+		countDecision("PullImage", "failed", 0)
+		return nil, backendError("PullImage", err)
 	}
 	if s.hidden != nil {
 		s.hidden.pulled(image, s.clock.Now())
 	}
 	countDecision("PullImage", "forwarded", 0)
-	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", id, "credential", src)
-	return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
+	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
+	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
 }
 
 // fromRecord answers a pull from the records when cred's keyed hash
@@ -161,48 +144,4 @@ func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runti
 	countDecision("PullImage", "answered", d.Reason)
 	logger.V(2).Info("Answered the pull from the records, with no registry contact", "imageRef", id, "reason", d.Reason)
 	return id, true
-}
-
-// pullFailed resolves the intent of a failed pull. When the pull ended
-// because its context did (the kubelet gave up), the runtime may still
-// have stored the image: if it is present under this name now, the node
-// may have pulled it with a tenant's credential, so the name is recorded
-// as pulled with no known credential (every pod verifies), never left to
-// look preloaded.
-func (s *Server) pullFailed(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, pullErr error) {
-	image := spec.GetImage()
-	if ctx.Err() != nil {
-		after, cancel := context.WithTimeout(context.WithoutCancel(ctx), afterPullTimeout)
-		defer cancel()
-		if resp, err := s.backend.ImageStatus(after, spec, false); err == nil && resp.GetImage() != nil {
-			if imp, ok := s.tracker.(credtracker.Importer); ok {
-				if err := imp.Import([]credtracker.ImportedPull{{Image: image, ImageRef: resp.GetImage().GetId()}}, nil, ""); err != nil {
-					logger.Error(err, "Failed to record an interrupted pull; its intent stays until the next start")
-					return
-				}
-			}
-		}
-	}
-	if err := s.tracker.RecordImagePullFailed(image); err != nil {
-		logger.Error(err, "Failed to resolve the pull intent")
-	}
-	countDecision("PullImage", "failed", 0)
-	logger.V(2).Info("The runtime's pull failed", "err", pullErr.Error())
-}
-
-// pulledImage returns the pulled image as ImageStatus reports it (its ID
-// is the key of the records, its RepoDigests what the backend resolved):
-// asked by the ref the pull returned (which a concurrent pull of the same
-// tag cannot move), else by name; nil if neither answers.
-func (s *Server) pulledImage(ctx context.Context, spec *runtimeapi.ImageSpec, ref string) *runtimeapi.Image {
-	for _, q := range []*runtimeapi.ImageSpec{{Image: ref, Annotations: spec.GetAnnotations(), RuntimeHandler: spec.GetRuntimeHandler()}, spec} {
-		if q.GetImage() == "" {
-			continue
-		}
-		resp, err := s.backend.ImageStatus(ctx, q, false)
-		if err == nil && resp.GetImage().GetId() != "" {
-			return resp.GetImage()
-		}
-	}
-	return nil
 }

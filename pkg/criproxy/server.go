@@ -15,6 +15,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
@@ -48,9 +49,10 @@ type Server struct {
 	hidden *hiddenSet
 	window time.Duration
 
-	// verify checks a forwarded pull the backend reported done (nil: no
+	// verifier checks a forwarded pull the backend reported done (nil: no
 	// check; see WithManifestVerification).
-	verify ManifestVerifier
+	verifier guardedpull.Verifier
+	puller   *guardedpull.Puller
 }
 
 // DefaultPruneInterval is how often, at most, a full ListImages (the
@@ -81,6 +83,21 @@ func WithAnswerWindow(d time.Duration) Option { return func(s *Server) { s.windo
 // fake one).
 func WithClock(c clock.PassiveClock) Option { return func(s *Server) { s.clock = c } }
 
+// WithManifestVerification checks every forwarded pull the backend reports
+// as successful with v before the proxy accepts it ("no digest without
+// bytes"; see guardedpull.WithVerifier, and guardedpull.RegistryVerifier
+// that asks the registry). Use it with a backend that resolves a reference
+// by trusting the registry's Docker-Content-Digest header, as containerd
+// does. A failed check fails the pull with PermissionDenied, records
+// nothing and leaves the pull's intent unresolved, so that the name needs
+// verification (now, and after a restart). pullguard's embedded runtime
+// GETs and hashes every manifest itself and needs no verifier. The check
+// costs one manifest GET per forwarded successful pull; pulls answered
+// from a record make none.
+func WithManifestVerification(v guardedpull.Verifier) Option {
+	return func(s *Server) { s.verifier = v }
+}
+
 // New returns a proxy that forwards to backend and decides with tracker.
 // hasher must be the tracker's (credtracker.Enabled.Hasher); with the gate
 // off, pass credtracker.Disabled() and any hasher: nothing is recorded.
@@ -96,6 +113,11 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 		s.hidden = newHiddenSet(s.window)
 	}
 	s.logger = s.logger.WithName("criproxy")
+	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithLogger(s.logger))
+	if err != nil {
+		return nil, fmt.Errorf("criproxy: %w", err)
+	}
+	s.puller = puller
 	return s, nil
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/pullguard/pullguard/internal/hostile"
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
@@ -110,10 +111,6 @@ func (b *claimTrustingBackend) ImageFsInfo(context.Context) (*runtimeapi.ImageFs
 
 func (b *claimTrustingBackend) Close(context.Context) error { return nil }
 
-func verifyWithRuntime(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-	return pgruntime.VerifyManifest(ctx, image, auth, expected)
-}
-
 // verifyEnv is tenant A's registry and image, already on the node, and a
 // proxy in front of a backend that trusts claimed digests.
 type verifyEnv struct {
@@ -166,7 +163,7 @@ func (e *verifyEnv) start(t testing.TB) {
 	t.Cleanup(func() { _ = tr.Close() })
 	opts := []criproxy.Option{criproxy.WithLogger(testLogger())}
 	if e.verify {
-		opts = append(opts, criproxy.WithManifestVerification(verifyWithRuntime))
+		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier()))
 	}
 	e.tracker = tr
 	e.srv, err = criproxy.New(e.backend, tr, tr.Hasher(), opts...)
@@ -371,11 +368,11 @@ func TestVerifyFailsClosed(t *testing.T) {
 	const id = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	e.backend.images[id] = &runtimeapi.Image{Id: id, RepoDigests: []string{"registry.example/other/repo@sha256:" + strings.Repeat("a", 64)}}
 	calls := 0
-	srv, err := criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(
+	srv, err := criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(guardedpull.VerifierFunc(
 		func(context.Context, string, *runtimeapi.AuthConfig, []string) (string, error) {
 			calls++
 			return "", nil
-		}))
+		})))
 	require.NoError(t, err)
 	const image = "registry.example/x/y:1"
 	_, err = srv.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: pod("team-b", "p")})
@@ -388,11 +385,11 @@ func TestVerifyFailsClosed(t *testing.T) {
 	// A digest the runtime did resolve is what the verifier must accept.
 	e.backend.images[id].RepoDigests = append(e.backend.images[id].RepoDigests, "registry.example/x/y@sha256:"+strings.Repeat("b", 64))
 	var expected []string
-	srv, err = criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(
+	srv, err = criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(guardedpull.VerifierFunc(
 		func(_ context.Context, _ string, _ *runtimeapi.AuthConfig, exp []string) (string, error) {
 			expected = exp
 			return exp[0], nil
-		}))
+		})))
 	require.NoError(t, err)
 	_, err = srv.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: image}, SandboxConfig: pod("team-b", "p")})
 	require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
@@ -17,6 +16,7 @@ import (
 	"github.com/pullguard/pullguard/internal/dirlock"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/keyring"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
@@ -166,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// A real runtime may name content it holds after a registry only
 		// claimed its digest; check that the registry serves the bytes.
 		// With the gate off, pulls behave as the kubelet's do.
-		opts = append(opts, imagemanager.WithManifestVerification(verifyManifest))
+		opts = append(opts, imagemanager.WithManifestVerification(guardedpull.RegistryVerifier()))
 	}
 	if providerCfg != nil {
 		popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
@@ -187,10 +187,6 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
 	ok = true
 	return n, nil
-}
-
-func verifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-	return pgruntime.VerifyManifest(ctx, image, auth, expected)
 }
 
 // Run ensures the images of every pod in m and returns the results in file

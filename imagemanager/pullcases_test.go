@@ -1,0 +1,54 @@
+package imagemanager_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2/ktesting"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/pulltest"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
+)
+
+// TestPullCases runs the pull cases the CRI proxy passes too
+// (internal/pulltest) against EnsureImageExists, for an Always container
+// of a pod whose pull secret holds the table's credential.
+func TestPullCases(t *testing.T) {
+	pulltest.Run(t, func(t *testing.T, env pulltest.Env) pulltest.Pull {
+		clock := clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
+		m, err := imagemanager.New(env.Runtime, env.Tracker, record.NewFakeRecorder(100), imagemanager.WithManifestVerification(env.Verifier),
+			imagemanager.WithClock(clock), imagemanager.WithLogger(ktesting.NewLogger(t, ktesting.NewConfig())))
+		require.NoError(t, err)
+		return func(ctx context.Context) pulltest.Outcome {
+			res, err := m.EnsureImageExists(ctx, imagemanager.Request{Pod: pod("team-a", "app", "regcred"), Image: pulltest.Image,
+				PullPolicy: corev1.PullAlways, PullSecrets: []*corev1.Secret{pulltest.Secret("team-a", "regcred")}})
+			return pulltest.Outcome{Class: pullClass(err, res.Message), Message: res.Message}
+		}
+	})
+}
+
+// pullClass tells the outcomes apart: EnsureImageExists fails every pull
+// with ErrImagePull and says why in the message.
+func pullClass(err error, msg string) pulltest.Class {
+	switch {
+	case err == nil:
+		return pulltest.Pulled
+	case !errors.Is(err, imagemanager.ErrImagePull):
+		return pulltest.Other
+	case strings.Contains(msg, guardedpull.ErrUnverified.Error()):
+		return pulltest.Unverified
+	case strings.Contains(msg, context.Canceled.Error()):
+		return pulltest.Canceled
+	case strings.Contains(msg, context.DeadlineExceeded.Error()):
+		return pulltest.DeadlineExceeded
+	}
+	return pulltest.Failed
+}

@@ -1,0 +1,27 @@
+// Package guardedpull holds the one pull that both of pullguard's front
+// ends (the image manager of `pullguard run` and the CRI proxy of
+// `pullguard serve`) make through a CRI image service, so that the
+// credential tracker learns every pull, whatever its outcome.
+//
+// A Puller's Pull records the pull's intent durably (nothing is pulled if
+// it cannot), asks the runtime to pull with each candidate credential in
+// order, checks a pull the runtime reports done with the Verifier ("no
+// digest without bytes": the registry must serve, to the same credential,
+// the manifest the runtime resolved), and then resolves the intent exactly
+// once:
+//
+//   - a verified pull is recorded under the image ID the runtime reports,
+//     with the credential that pulled it;
+//   - a pull the Verifier refused leaves the intent unresolved, so that the
+//     name needs verification now (a pull in flight) and after a restart
+//     (pulled with no known credential);
+//   - a pull that failed, or whose context ended, after the runtime stored
+//     an image under the name (one it did not hold under the name before
+//     the pull) is recorded as pulled by this node with no known credential,
+//     so that it never looks preloaded: every pod verifies;
+//   - any other failure resolves the intent.
+//
+// Errors hold no form of any candidate credential (a runtime's error may
+// quote what a registry echoed) and keep what callers branch on: ErrNoIntent,
+// ErrUnverified, the context's errors and a gRPC status code.
+package guardedpull

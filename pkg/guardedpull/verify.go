@@ -1,0 +1,60 @@
+package guardedpull
+
+import (
+	"context"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+)
+
+// Verifier proves that the registry serves image's manifest to auth ("no
+// digest without bytes"): it fetches the manifest bytes with auth, hashes
+// them, and fails unless the digest is one of expected (for a digest
+// reference, expected is empty and the bytes must hash to the reference's
+// digest). It returns the digest of the bytes served. Its error may quote
+// the registry; the Puller removes auth's secrets from it.
+type Verifier interface {
+	VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error)
+}
+
+// VerifierFunc adapts a function to Verifier.
+type VerifierFunc func(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error)
+
+// VerifyManifest calls f.
+func (f VerifierFunc) VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
+	return f(ctx, image, auth, expected)
+}
+
+var _ Verifier = VerifierFunc(nil)
+
+// RegistryVerifier is the Verifier that asks the registry itself:
+// pkg/runtime's VerifyManifest, with opts (its transport and user agent).
+func RegistryVerifier(opts ...pgruntime.Option) Verifier {
+	return VerifierFunc(func(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
+		return pgruntime.VerifyManifest(ctx, image, auth, expected, opts...)
+	})
+}
+
+// verify checks a pull the runtime reported done; img is the runtime's
+// status of the pulled image (nil if it reported none). The expected
+// digests are img's RepoDigests in the pulled repository; a tag whose
+// image has none there fails closed, without asking the Verifier. The
+// caller's context is used: a pull the caller gave up on fails its check
+// and stays unverified, which only asks for more verification.
+func (p *Puller) verify(ctx context.Context, image string, auth *runtimeapi.AuthConfig, img *runtimeapi.Image) error {
+	if p.verifier == nil {
+		return nil
+	}
+	expected, err := pgruntime.ResolvedDigests(image, img)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnverified, err)
+	}
+	got, err := p.verifier.VerifyManifest(ctx, image, auth, expected)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnverified, err)
+	}
+	p.log(ctx).V(3).Info("Verified the registry served the manifest", "image", image, "digest", got)
+	return nil
+}
