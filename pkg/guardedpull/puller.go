@@ -218,7 +218,7 @@ func (p *Puller) pulledImage(ctx context.Context, spec *runtimeapi.ImageSpec, re
 // credential: the name is recorded as pulled with no known credential
 // (every pod verifies), never left to look preloaded. If that record
 // cannot be written, the intent stays: the next start makes the same
-// record from it.
+// record from it, and so does a runtime that cannot say what it holds.
 func (p *Puller) failed(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, attempted bool, before presence) {
 	image := spec.GetImage()
 	if attempted {
@@ -228,7 +228,11 @@ func (p *Puller) failed(ctx context.Context, logger klog.Logger, spec *runtimeap
 		id := resp.GetImage().GetId()
 		switch {
 		case err != nil:
-			logger.Error(err, "Could not ask the runtime whether a failed pull stored the image; resolving its intent")
+			// Fail closed: the intent stays, so the name needs
+			// verification, and the next start resolves it against
+			// the runtime's images.
+			logger.Error(err, "Could not ask the runtime whether a failed pull stored the image; its intent stays unresolved")
+			return
 		case id != "" && (!before.known || id != before.id):
 			imp, ok := p.tracker.(credtracker.Importer)
 			if !ok {

@@ -29,9 +29,10 @@ const (
 // runtime answers each pull with the error of its user (nil: pulled), and
 // remembers who asked.
 type runtime struct {
-	mu    sync.Mutex
-	errs  map[string]error
-	users []string
+	mu        sync.Mutex
+	errs      map[string]error
+	users     []string
+	statusErr error // ImageStatus's answer, when set
 }
 
 func (r *runtime) PullImage(_ context.Context, _ *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
@@ -45,6 +46,9 @@ func (r *runtime) PullImage(_ context.Context, _ *runtimeapi.ImageSpec, auth *ru
 }
 
 func (r *runtime) ImageStatus(context.Context, *runtimeapi.ImageSpec, bool) (*runtimeapi.ImageStatusResponse, error) {
+	if r.statusErr != nil {
+		return nil, r.statusErr
+	}
 	return &runtimeapi.ImageStatusResponse{}, nil
 }
 
@@ -151,4 +155,21 @@ func TestDependencies(t *testing.T) {
 		}
 		assert.False(t, strings.HasPrefix(imp, "k8s.io/kubernetes"), imp)
 	}
+}
+
+// TestFailedPullKeepsItsIntentWhenTheRuntimeCannotSay: after a failed
+// pull, a runtime that cannot say whether it stored the image leaves the
+// pull's intent unresolved (the name needs verification until a restart
+// resolves it against the runtime's images), never resolved as if nothing
+// had been stored.
+func TestFailedPullKeepsItsIntentWhenTheRuntimeCannotSay(t *testing.T) {
+	rt := &runtime{errs: map[string]error{"bob": status.Error(codes.Unknown, "401 Unauthorized")}, statusErr: status.Error(codes.Unavailable, "runtime restarting")}
+	rec := &recorder{}
+	p, err := guardedpull.New(rt, rec)
+	require.NoError(t, err)
+	_, err = p.Pull(context.Background(), guardedpull.Request{Spec: &runtimeapi.ImageSpec{Image: image}, Attempts: []guardedpull.Attempt{attempt("bob", "bob-secret")}})
+	require.Error(t, err)
+	assert.Equal(t, 1, rec.intents)
+	assert.Zero(t, rec.failed, "the intent is resolved although the runtime could not say what it holds")
+	assert.Zero(t, rec.pulled)
 }
