@@ -52,7 +52,7 @@ func TestImageStatusMatrix(t *testing.T) {
 		},
 		want: map[credtracker.Policy]bool{credtracker.NeverVerify: true, credtracker.NeverVerifyPreloadedImages: true, credtracker.NeverVerifyAllowlistedImages: false, credtracker.AlwaysVerify: false},
 	}, {
-		name:      "a pull of this name in flight",
+		name:      "a pull of another tag of this repository in flight (counted per image, as the kubelet does)",
 		allowlist: []string{reg + "/public/*"},
 		setup: func(t *testing.T, h *harness) (string, func()) {
 			h.fake.preload(t, id(1), app)
@@ -64,7 +64,7 @@ func TestImageStatusMatrix(t *testing.T) {
 			<-entered
 			return app, func() { close(gate); assert.NoError(t, <-errc) }
 		},
-		want: map[credtracker.Policy]bool{credtracker.NeverVerify: true, credtracker.NeverVerifyPreloadedImages: false, credtracker.NeverVerifyAllowlistedImages: false, credtracker.AlwaysVerify: false},
+		want: map[credtracker.Policy]bool{credtracker.NeverVerify: true, credtracker.NeverVerifyPreloadedImages: true, credtracker.NeverVerifyAllowlistedImages: true, credtracker.AlwaysVerify: false},
 	}, {
 		name:      "unknown origin",
 		allowlist: []string{reg + "/public/*"},

@@ -206,7 +206,9 @@ func TestBackendUnavailableAndReconnect(t *testing.T) {
 	assert.Equal(t, codes.Unavailable, status.Code(status1()))
 	_, err = c.PullImage(context.Background(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: reg + "/public/app:v1"}})
 	assert.Equal(t, codes.Unavailable, status.Code(err))
-	assert.Zero(t, tr.Status().Intents, "a failed pull resolves its intent")
+	// The runtime cannot say whether the pull stored the image: the intent
+	// stays (fail closed), and the next start resolves it.
+	assert.Equal(t, 1, tr.Status().Intents, "a failed pull whose runtime cannot be asked keeps its intent")
 
 	runtime.serve(t)
 	assert.Eventually(t, func() bool { return status1() == nil }, 20*time.Second, 50*time.Millisecond, "the proxy reconnects to the runtime")
