@@ -149,35 +149,6 @@ func TestIndexKeepsLargeRecordsWhole(t *testing.T) {
 	}
 }
 
-// TestHex8WritesEveryWordInLowerHex: the digest comparison writes the
-// stored bytes out in hex four at a time; it must agree with
-// encoding/hex for every byte in every lane, or a digest could match a
-// request that is not its own.
-func TestHex8WritesEveryWordInLowerHex(t *testing.T) {
-	check := func(b [4]byte) {
-		var want [8]byte
-		hex.Encode(want[:], b[:])
-		if got := hex8(binary.LittleEndian.Uint32(b[:])); got != binary.LittleEndian.Uint64(want[:]) {
-			t.Fatalf("hex8(% x) = %x, want %q", b, got, want)
-		}
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for lane := range 4 {
-		for v := range 256 {
-			for range 8 {
-				b := [4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())}
-				b[lane] = byte(v)
-				check(b)
-			}
-		}
-	}
-	for range 100000 {
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], rng.Uint32())
-		check(b)
-	}
-}
-
 // TestRefIsRejectsEveryNearMiss: a stored digest matches its own ref and
 // no ref that differs from it in any one byte, whatever that byte is.
 func TestRefIsRejectsEveryNearMiss(t *testing.T) {

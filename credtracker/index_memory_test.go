@@ -13,10 +13,10 @@ import (
 )
 
 // indexBytes is the memory the index holds: its arenas' and its slots'
-// buffers, whole, and the names set.
+// buffers, whole, and the coordinates' set.
 func indexBytes(x *recordIndex) int {
 	t := x.s.tab.Load()
-	return cap(t.arena) + cap(t.names) + 8*len(t.slots) + 8*len(t.gslots) + 4*len(x.s.names.slots) + 8*len(t.cells)
+	return cap(t.arena) + cap(t.coords) + 8*len(t.slots) + 8*len(t.gslots) + 4*len(x.s.coords.slots)
 }
 
 // TestIndexMemoryStaysBounded: records replaced, added and deleted for a

@@ -320,7 +320,7 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 	hd, hr := maphash.String(x.seed, d.ImageRef), maphash.String(x.seed, r.ImageRef)
 	hp := x.pairHash(hr, repoR)
 	const n = 1024
-	nt := &table{slots: newSlots(n), gslots: newSlots(n), arena: old.arena, names: old.names}
+	nt := &table{slots: newSlots(n), gslots: newSlots(n), arena: old.arena, coords: old.coords}
 	h0 := home(hp, n)
 	nt.slots[h0].Store(hp&^(1<<32-1) | offTombstone)
 	nt.slots[(h0+1)%n].Store(slotValue(hp, offOf(d.ImageRef, repoD))) // R's tag, D's entry

@@ -27,8 +27,6 @@ import (
 func checkSplitTables(t *testing.T, x *recordIndex, what string) {
 	t.Helper()
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	tab := s.tab.Load()
 
 	// reachable reports whether slot i of sl is reached by h's probe
@@ -84,7 +82,7 @@ func checkSplitTables(t *testing.T, x *recordIndex, what string) {
 		off := int(uint32(v)) - 1
 		require.Less(t, off, len(tab.arena), "%s: group slot %d past the arena", what, i)
 		require.Equal(t, byte(kindGroup), tab.arena[off], "%s: group slot %d points at an entry", what, i)
-		g := groupView{b: tab.arena[off:], names: tab.names}
+		g := groupView{b: tab.arena[off:], coords: tab.coords}
 		ref := g.refString()
 		require.False(t, refs[ref], "%s: two live groups for %q", what, ref)
 		refs[ref] = true
