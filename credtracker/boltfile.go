@@ -63,6 +63,7 @@ type boltFile struct {
 	buckets map[string][]boltEntry
 	txid    uint64
 	pages   uint64 // the high-water mark: pages past it are never read
+	used    []bool // the pages in use: reached by the walk, or the freelist's
 }
 
 type boltReader struct {
@@ -94,6 +95,7 @@ func parseBoltFile(data []byte) (*boltFile, error) {
 	if err := r.freelist(m.freelist); err != nil {
 		return nil, err
 	}
+	r.file.used = r.used
 	return r.file, nil
 }
 
