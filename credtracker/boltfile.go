@@ -41,12 +41,11 @@ const (
 	boltFlagLeaf       = 0x02
 	boltFlagFreelist   = 0x10
 	boltLeafBucket     = 0x01
-	// boltMaxDepth bounds the tree walk; a bbolt tree of 4 KiB pages is
-	// about 4 levels deep at a million records.
+	// boltMaxDepth bounds the tree walk, far above the depth of any
+	// store the tracker writes.
 	boltMaxDepth = 32
-	// maxStoreSize bounds what start-up reads into memory. A store of a
-	// million records is about 500 MiB; a larger file is not read at all
-	// (every present image is then verified once more).
+	// maxStoreSize bounds what start-up reads into memory; a larger file
+	// is not read at all (every present image is then verified once more).
 	maxStoreSize = 2 << 30
 )
 
