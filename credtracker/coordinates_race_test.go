@@ -111,9 +111,9 @@ func checkEntryCoords(i int, v repoView) error {
 // entry a reader finds must list exactly its own version's coordinates.
 func TestIndexCoordinatesUnderConcurrentWrites(t *testing.T) {
 	const nRecs = 64
-	ops := 6000
+	ops := scaled(1500, 6000)
 	if raceEnabled {
-		ops = 1500
+		ops /= 4
 	}
 	x := newRecordIndex()
 	var cur atomic.Pointer[recordIndex] // the index readers read (a reinstall makes a new one)

@@ -69,7 +69,7 @@ func adversarialRepos() []string {
 // key must find it, whole.
 func TestIndexAdversarialKeysMatchModel(t *testing.T) {
 	refs, repos := adversarialRefs(), adversarialRepos()
-	for seed := range uint64(6) {
+	for seed := range uint64(scaled(2, 6)) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			runModel(t, rng, 150, 6, refs, repos, adversarialRecord, func(step int, x *recordIndex) {
@@ -191,6 +191,7 @@ func TestRefIsRejectsEveryNearMiss(t *testing.T) {
 func TestIndexRecordsWithoutRepositoriesOrDuplicatedInBulk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	repos := []string{"registry.example/a/app", "registry.example/b/app"}
+	many := scaled(2200, 5000) // two start-up workers' shares at least
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -198,8 +199,8 @@ func TestIndexRecordsWithoutRepositoriesOrDuplicatedInBulk(t *testing.T) {
 	}{
 		{name: "few, no duplicate", n: 10},
 		{name: "duplicate in one share", n: 10, dups: [][2]int{{2, 7}}},
-		{name: "many, no duplicate", n: 5000},
-		{name: "duplicate across shares", n: 5000, dups: [][2]int{{1, 4990}, {2500, 2501}}},
+		{name: "many, no duplicate", n: many},
+		{name: "duplicate across shares", n: many, dups: [][2]int{{1, many - 10}, {many / 2, many/2 + 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			recs := make([]*ImageRecord, tc.n)

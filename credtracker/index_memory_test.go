@@ -33,7 +33,7 @@ func TestIndexMemoryStaysBounded(t *testing.T) {
 }
 
 func testIndexMemoryStaysBounded(t *testing.T, churn bool) {
-	const n = 20_000
+	n := scaled(4_000, 20_000)
 	now := time.Unix(1_700_000_000, 0)
 	rec := func(i, version int) *ImageRecord {
 		var h credential.Hash
