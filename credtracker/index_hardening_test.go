@@ -9,12 +9,12 @@ import (
 )
 
 // TestIndexReadersDoNotWaitForARebuild: a rebuild (table growth,
-// compaction) and an arena's copy are O(n) — about 50 ms at 100 000
-// records — and change no record. Readers must not wait for them: a
-// look-up that finds nothing (every decision for an image the node did
-// not pull, preloaded ones included) is trusted only while the index is
-// not marked as changing, so marking it during that work would stall
-// those decisions for its whole length. Meanwhile, look-ups answer right.
+// compaction) and an arena's copy are O(n), and change no record.
+// Readers must not wait for them: a look-up that finds nothing (every
+// decision for an image the node did not pull, preloaded ones included)
+// is trusted only while the index is not marked as changing, so marking
+// it during that work would stall those decisions for its whole length.
+// Meanwhile, look-ups answer right.
 func TestIndexReadersDoNotWaitForARebuild(t *testing.T) {
 	const repo = "registry.example/a/app"
 	x := newRecordIndex()

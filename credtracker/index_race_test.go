@@ -70,9 +70,9 @@ func versioned(ref string, i int, v int64) *ImageRecord {
 // stored are never found.
 func TestIndexReadsAreLinearizable(t *testing.T) {
 	const nRefs = 384
-	ops := 30000
+	ops := scaled(3000, 30000)
 	if raceEnabled {
-		ops = 6000
+		ops /= 5
 	}
 	x := newRecordIndex()
 	refs := make([]*versionedRef, nRefs)
@@ -238,9 +238,9 @@ func TestDecideNeverTakesARecordedImageForPreloadedUnderChurn(t *testing.T) {
 		})
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	ops := 20000
+	ops := scaled(2000, 20000)
 	if raceEnabled {
-		ops = 4000
+		ops /= 5
 	}
 	for op := 0; op < ops && !done.Load(); op++ {
 		tr.writeMu.Lock()

@@ -111,7 +111,7 @@ func TestStoreSweep(t *testing.T) {
 	case raceEnabled:
 		every = 4
 	}
-	res := runSweep(t, dir, "bits", every, 10*time.Minute)
+	res := runSweep(t, dir, "bits", every)
 	t.Logf("small store: %+v", res)
 	assert.Positive(t, res.Detected)
 	if every == 0 {
@@ -135,20 +135,22 @@ func TestStoreSweepLarge(t *testing.T) {
 	}
 	dir := t.TempDir()
 	buildSweepStore(t, dir, 10_000)
-	res := runSweep(t, dir, "sample", samples, 30*time.Minute)
+	res := runSweep(t, dir, "sample", samples)
 	t.Logf("store of 10 000 records: %+v", res)
 	assert.Equal(t, samples, res.Mutations)
 }
 
-func runSweep(t *testing.T, dir, mode string, samples int, limit time.Duration) sweepResult {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
+func runSweep(t *testing.T, dir, mode string, samples int) sweepResult {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStoreSweepChild$", "-test.count=1", "-test.v")
+	args := []string{"-test.run=^TestStoreSweepChild$", "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		// The child ends (a panic naming what it ran) when this test would.
+		args = append(args, "-test.timeout="+time.Until(d).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), sweepDirEnv+"="+dir, sweepModeEnv+"="+mode, sweepSamplesEnv+"="+strconv.Itoa(samples))
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, ctx.Err(), "the sweep hung")
-	require.NoError(t, err, "the sweep's process failed or crashed:\n%s", tail(out))
+	require.NoError(t, err, "the sweep's process failed, crashed or hung:\n%s", tail(out))
 	assert.NotContains(t, string(out), sweepMarker, "stored bytes reached a log line or an error")
 	var res sweepResult
 	i := bytes.LastIndex(out, []byte("SWEEP "))
@@ -160,12 +162,6 @@ func runSweep(t *testing.T, dir, mode string, samples int, limit time.Duration) 
 	assert.Zero(t, res.Changed, "a change that was neither detected nor harmless")
 	assert.Zero(t, res.Admissions, "tenant B got tenant A's image")
 	assert.Equal(t, res.Mutations, res.Detected+res.Unchanged)
-	if !raceEnabled {
-		// The race detector makes everything several times slower: the
-		// bound holds for what runs on a node.
-		assert.Less(t, res.MaxOpen, time.Second)
-		assert.Less(t, res.MaxStart, time.Second)
-	}
 	assert.Positive(t, res.FullStarts)
 	return res
 }
