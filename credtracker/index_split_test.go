@@ -157,7 +157,7 @@ func TestIndexSplitTablesStayConsistent(t *testing.T) {
 			return &ImageRecord{ImageRef: ref, Repositories: map[string]*RepositoryRecord{}}
 		}},
 	} {
-		for seed := range uint64(3) {
+		for seed := range uint64(scaled(1, 3)) {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 1313))
 				refs := make([]string, tc.refs)
