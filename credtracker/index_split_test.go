@@ -167,7 +167,7 @@ func TestIndexSplitTablesStayConsistent(t *testing.T) {
 				repos := manyRepos(tc.repos)
 				x := newRecordIndex()
 				model := map[string]*ImageRecord{}
-				for step := range 300 {
+				for step := range scaled(120, 300) {
 					var what string
 					switch op := rng.IntN(20); {
 					case op < 11:
@@ -265,7 +265,7 @@ func TestIndexOneTableChurn(t *testing.T) {
 			tab := x.s.tab.Load()
 			maxSlots, maxGSlots := 4*len(tab.slots)+256, 4*len(tab.gslots)+64
 			rebuilds := 0
-			for i := range 3000 {
+			for i := range scaled(1000, 3000) {
 				r := tc.churn(i)
 				x.store(r)
 				model[r.ImageRef] = r
@@ -313,7 +313,7 @@ func TestIndexTableOfOneKindFull(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newRecordIndex()
-			for i := range 400 {
+			for i := range scaled(100, 400) {
 				x.store(tc.rec(i))
 				checkSplitTables(t, x, fmt.Sprintf("store %d", i))
 				if i%3 == 0 {
@@ -385,7 +385,7 @@ func TestIndexReadersNeverMissUnderOneTableChurn(t *testing.T) {
 			}
 			start := x.s.tab.Load()
 			// Until the readers have overlapped the writes a few times.
-			for i := 0; i < 4000 || reads.Load() < 8; i++ {
+			for i := 0; i < scaled(1000, 4000) || reads.Load() < 8; i++ {
 				tc.write(x, i)
 			}
 			close(done)
