@@ -19,7 +19,7 @@ import (
 // on a plain map (the reference model) and checks, after every operation,
 // that every look-up the tracker makes answers the same.
 func TestIndexMatchesModel(t *testing.T) {
-	for seed := range uint64(scaled(5, 20)) {
+	for seed := range uint64(scaled(2, 20)) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			refs := make([]string, 40)

@@ -15,3 +15,6 @@ func scaled(short, full int) int {
 	}
 	return short
 }
+
+// Scaled is scaled, for this package's black-box tests.
+var Scaled = scaled
