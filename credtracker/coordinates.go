@@ -116,14 +116,15 @@ func tripleAt(b []byte, off int) []byte {
 
 // coordsAt returns the triple at off in the coordinates arena b.
 func coordsAt(b []byte, off int) (ns, name, uid []byte) {
-	field := func() []byte {
-		n, k := binary.Uvarint(b[off:])
-		s := b[off+k : off+k+int(n)]
-		off += k + int(n)
-		return s
-	}
-	ns = field()
-	name = field()
-	uid = field()
+	ns, off = fieldAt(b, off)
+	name, off = fieldAt(b, off)
+	uid, _ = fieldAt(b, off)
 	return ns, name, uid
+}
+
+// fieldAt returns the field at off in b and the offset after it.
+func fieldAt(b []byte, off int) ([]byte, int) {
+	n, k := binary.Uvarint(b[off:])
+	end := off + k + int(n)
+	return b[off+k : end], end
 }

@@ -116,9 +116,19 @@ func refIs(kind byte, b []byte, ref string) bool {
 	if kind == refRaw {
 		return string(b) == ref
 	}
-	var buf [digestRefLen]byte
-	return string(appendRef(buf[:0], kind, b)) == ref
+	if len(ref) != digestRefLen || ref[:len(digestPrefix)] != digestPrefix {
+		return false
+	}
+	h := ref[len(digestPrefix):digestRefLen]
+	for i, c := range b[:32] {
+		if h[2*i] != hexDigits[c>>4] || h[2*i+1] != hexDigits[c&15] {
+			return false
+		}
+	}
+	return true
 }
+
+const hexDigits = "0123456789abcdef"
 
 // appendRef appends the stored ref b of kind in its string form.
 func appendRef(dst []byte, kind byte, b []byte) []byte {
@@ -268,6 +278,16 @@ func (v repoView) size() int { return v.sa(v.serviceAccounts()) }
 // sameObject reports whether coordinates are those of src.
 func sameObject(src credential.Source, ns, name, uid []byte) bool {
 	return string(ns) == src.Namespace && string(name) == src.Name && string(uid) == src.UID
+}
+
+// listsSecret reports whether a secret at src's coordinates is listed.
+func (v repoView) listsSecret(src credential.Source) bool {
+	for i := range v.secrets() {
+		if ns, name, uid := coordsAt(v.coords, v.secretCoords(i)); sameObject(src, ns, name, uid) {
+			return true
+		}
+	}
+	return false
 }
 
 // findSecret reports whether fn holds for a secret at src's coordinates.

@@ -235,8 +235,7 @@ func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 // matched one of rv's hashes, is a pull secret (with a namespace and a
 // name) whose coordinates rv does not list yet: rememberCoordinates' case.
 func unlistedSecret(src credential.Source, rv repoView) bool {
-	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" &&
-		!rv.findSecret(src, func(int) bool { return true })
+	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" && !rv.listsSecret(src)
 }
 
 // rememberCoordinates records the coordinates of a pull secret admitted
