@@ -281,9 +281,9 @@ func sameObject(src credential.Source, ns, name, uid []byte) bool {
 }
 
 // listsSecret reports whether a secret at src's coordinates is listed.
-func (v repoView) listsSecret(src credential.Source) bool {
+func (v *repoView) listsSecret(src *credential.Source) bool {
 	for i := range v.secrets() {
-		if ns, name, uid := coordsAt(v.coords, v.secretCoords(i)); sameObject(src, ns, name, uid) {
+		if ns, name, uid := coordsAt(v.coords, v.secretCoords(i)); string(uid) == src.UID && string(name) == src.Name && string(ns) == src.Namespace {
 			return true
 		}
 	}

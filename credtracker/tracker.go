@@ -170,8 +170,8 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 		for j := range nSecrets {
 			if rv.hashIs(j, h) && fresh(rv.secretVerified(j)) {
-				if src := creds[i].Source; unlistedSecret(src, rv) {
-					t.rememberCoordinates(req.ImageRef, repo, src, rv, j)
+				if src := &creds[i].Source; unlistedSecret(src, &rv) {
+					t.rememberCoordinates(req.ImageRef, repo, *src, rv, j)
 				}
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
 			}
@@ -234,7 +234,7 @@ func (t *tracker) pullsInFlight(repo string) (ofRepo, ofAny bool) {
 // unlistedSecret reports whether src, the source of a credential that
 // matched one of rv's hashes, is a pull secret (with a namespace and a
 // name) whose coordinates rv does not list yet: rememberCoordinates' case.
-func unlistedSecret(src credential.Source, rv repoView) bool {
+func unlistedSecret(src *credential.Source, rv *repoView) bool {
 	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" && !rv.listsSecret(src)
 }
 
