@@ -73,10 +73,12 @@ fuzz:
 	done
 
 ## sweep: the record store's damage sweeps in full: every bit and page boundary of a
-## small store, and SWEEP_POSITIONS random bits of a store of 10 000 records.
+## small store, and SWEEP_POSITIONS random bits of a store of 10 000 records; and the
+## tracker's randomized index tests and security property at full length
+## (CREDTRACKER_LONG; `make unit` runs a short share of them).
 SWEEP_POSITIONS ?= 10000
 sweep:
-	CREDTRACKER_SWEEP_LARGE=$(SWEEP_POSITIONS) $(GO) test -count=1 -run '^TestStoreSweep' -v -timeout 90m ./credtracker/
+	CREDTRACKER_LONG=1 CREDTRACKER_SWEEP_LARGE=$(SWEEP_POSITIONS) $(GO) test -count=1 -run '^(TestStoreSweep|TestIndex|TestSecurityProperty)' -v -timeout 90m ./credtracker/
 
 ## lint: gofmt, go vet, and go.mod/go.sum exactly as `go mod tidy` leaves them.
 lint:

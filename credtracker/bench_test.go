@@ -212,16 +212,6 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	}
 	harness, harnessCPU := time.Since(start), threadCPU()-cpu0
 	benchSink += sink
-	floor, arenaFloor := memoryFloor(tr, order, b.N)
-	// The share of these requests the cells decide (the rest the arena).
-	celled := 0
-	for _, i := range order[:4096] {
-		req := g.request(int(i))
-		repo, _ := RepositoryName(req.Image)
-		if tr.decidesByCell(req, repo) {
-			celled++
-		}
-	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 = threadCPU()
@@ -237,62 +227,6 @@ func runDecide(b *testing.B, tr *tracker, order []uint32) {
 	// The same difference in the thread's CPU time: on a shared machine,
 	// time spent waiting for a core does not inflate it.
 	b.ReportMetric(float64((cpu-harnessCPU).Nanoseconds())/n, "cpu-net-ns/op")
-	b.ReportMetric(floor, "floor-ns/op")
-	b.ReportMetric(arenaFloor, "arena-floor-ns/op")
-	b.ReportMetric(float64(celled)*100/4096, "cell-%")
-}
-
-// memoryFloor is what the machine's memory charges, at this moment, for
-// the reads a decision makes, without the decision, for each of n steps,
-// each waiting for the one before, at positions drawn from order's indices
-// (so that a hot workload reads few of them): for a decision by a cell,
-// the first words of two windows of the index's own cells (floor); for a
-// decision from the arena, one slot of the index's own table, then three
-// lines of its arena at the offset the slot holds (at an offset drawn from
-// the slot's position for an empty one) (arena). It returns the wall time
-// per step of each. BenchmarkDecide reports them beside each figure
-// (floor-ns/op, arena-floor-ns/op; docs/benchmarks.md).
-func memoryFloor(tr *tracker, order []uint32, n int) (floor, arena float64) {
-	return cellsFloor(tr, order, n), arenaFloor(tr, order, n)
-}
-
-func cellsFloor(tr *tracker, order []uint32, n int) float64 {
-	cells := tr.images.s.tab.Load().cells
-	m := cellHomes(cells)
-	if m <= 0 {
-		return 0
-	}
-	mask := uint32(len(order) - 1)
-	var sink uint64
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		h := uint64(order[uint32(i)&mask]^uint32(sink&1)) * 0x9e3779b97f4a7c15
-		a, b := home(h, m), home(h>>32, m)
-		sink += cells[a*cellWords].Load() ^ cells[b*cellWords].Load()
-	}
-	benchSink += uint(sink)
-	return float64(time.Since(start).Nanoseconds()) / float64(n)
-}
-
-func arenaFloor(tr *tracker, order []uint32, n int) float64 {
-	t := tr.images.s.tab.Load()
-	slots, arena := t.slots, t.arena
-	if len(arena) < 256 {
-		return 0
-	}
-	mask := uint32(len(order) - 1)
-	var sink byte
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		k := home(uint64(order[uint32(i)&mask]^uint32(sink&1))*0x9e3779b97f4a7c15>>32, len(slots))
-		off := int(uint32(slots[k].Load()))
-		if off == 0 || off >= len(arena)-192 { // an empty or deleted slot: some other line
-			off = home(uint64(k)*0x9e3779b97f4a7c15>>16, len(arena)-192)
-		}
-		sink += arena[off] ^ arena[off+64] ^ arena[off+128]
-	}
-	benchSink += uint(sink)
-	return float64(time.Since(start).Nanoseconds()) / float64(n)
 }
 
 var decideSizes = []int{1_000, 10_000, 100_000}

@@ -41,12 +41,11 @@ const (
 	boltFlagLeaf       = 0x02
 	boltFlagFreelist   = 0x10
 	boltLeafBucket     = 0x01
-	// boltMaxDepth bounds the tree walk; a bbolt tree of 4 KiB pages is
-	// about 4 levels deep at a million records.
+	// boltMaxDepth bounds the tree walk, far above the depth of any
+	// store the tracker writes.
 	boltMaxDepth = 32
-	// maxStoreSize bounds what start-up reads into memory. A store of a
-	// million records is about 500 MiB; a larger file is not read at all
-	// (every present image is then verified once more).
+	// maxStoreSize bounds what start-up reads into memory; a larger file
+	// is not read at all (every present image is then verified once more).
 	maxStoreSize = 2 << 30
 )
 
@@ -63,6 +62,7 @@ type boltFile struct {
 	buckets map[string][]boltEntry
 	txid    uint64
 	pages   uint64 // the high-water mark: pages past it are never read
+	used    []bool // the pages in use: reached by the walk, or the freelist's
 }
 
 type boltReader struct {
@@ -94,6 +94,7 @@ func parseBoltFile(data []byte) (*boltFile, error) {
 	if err := r.freelist(m.freelist); err != nil {
 		return nil, err
 	}
+	r.file.used = r.used
 	return r.file, nil
 }
 

@@ -2,14 +2,18 @@ package credtracker
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
+	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/pkg/credential"
 )
@@ -25,16 +29,101 @@ func sweepStoreBytes(tb testing.TB) (store, key []byte) {
 	return store, key
 }
 
+// checkedBboltVersion is the bbolt release whose on-disk format
+// boltfile.go was checked against (format version 2: bbolt's
+// internal/common/types.go, page.go, meta.go, inode.go, bucket.go).
+const checkedBboltVersion = "v1.5.0"
+
+// TestBboltIsTheVersionTheCheckerKnows makes a bbolt upgrade a conscious
+// change: the structural check reads bbolt's format by hand, and a format
+// it does not know would read as damage on every node, which would then
+// set its store aside and verify every image once more.
+func TestBboltIsTheVersionTheCheckerKnows(t *testing.T) {
+	// (A test binary's build information lists no dependencies: the
+	// module's go.mod says which bbolt it builds with.)
+	gomod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	require.NoError(t, err)
+	got := ""
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "go.etcd.io/bbolt" {
+			got = f[1]
+		}
+	}
+	assert.Equal(t, checkedBboltVersion, got,
+		"bbolt changed: compare its on-disk format (internal/common) with boltfile.go's, run TestParseBoltFileReadsWhatBboltWrote and FuzzStoreFile, then update checkedBboltVersion")
+}
+
+// TestParseBoltFileReadsWhatBboltWrote: for stores of every shape the
+// structural check must read, written by the bbolt this module builds
+// with, the check accepts the file, finds the entries bbolt finds, and
+// counts as in use exactly the pages bbolt says are not free. It fails
+// when bbolt's format moves away from what boltfile.go reads.
 func TestParseBoltFileReadsWhatBboltWrote(t *testing.T) {
-	dir := t.TempDir()
-	buildSweepStore(t, dir, 3000) // several levels of branch pages
-	data, err := os.ReadFile(filepath.Join(dir, StoreFile))
+	tests := []struct {
+		name    string
+		records int
+		shape   func(t *testing.T, tr *tracker)
+	}{
+		{name: "inline buckets", records: 2},
+		{name: "branch pages", records: 3000},
+		{name: "overflow pages", records: 2, shape: func(t *testing.T, tr *tracker) {
+			big := (*ImageRecord)(nil).withPull(benchRef(900), "registry.example/big", credential.Source{Kind: credential.SourceSecret, Namespace: strings.Repeat("n", 9000), Name: "s"}, credential.Hash{1}, time.Now(), DefaultMaxEntries, 0)
+			require.NoError(t, tr.store.apply([]*ImageRecord{big}, nil, nil))
+		}},
+		{name: "freed pages", records: 3000, shape: func(t *testing.T, tr *tracker) {
+			var del []string
+			for i := 1; i < 3000; i += 2 {
+				del = append(del, fmt.Sprintf("sha256:%064x", i))
+			}
+			require.NoError(t, tr.store.apply(nil, del, nil))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			buildSweepStore(t, dir, tt.records)
+			if tt.shape != nil {
+				tr, err := New(context.Background(), Config{Dir: dir}, sweepInventory(), WithLogger(klog.Background().V(10)))
+				require.NoError(t, err)
+				tt.shape(t, tr.(*tracker))
+				require.NoError(t, tr.Close())
+			}
+			path := filepath.Join(dir, StoreFile)
+			data, err := os.ReadFile(path)
+			require.NoError(t, err)
+			f, err := parseBoltFile(data)
+			require.NoError(t, err)
+			assertSamePagesAsBbolt(t, path, f)
+			assertSameAsBbolt(t, path, f) // (writes to the file)
+		})
+	}
+}
+
+// assertSamePagesAsBbolt checks that the pages parseBoltFile counted as
+// in use are those bbolt's own page inspection (Tx.Page) does not call
+// free.
+func assertSamePagesAsBbolt(t *testing.T, path string, f *boltFile) {
+	t.Helper()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	require.NoError(t, err)
-	f, err := parseBoltFile(data)
-	require.NoError(t, err)
-	assert.Len(t, f.buckets[string(bucketPulled)], 3000)
-	assert.Len(t, f.buckets[string(bucketIntents)], 1)
-	assertSameAsBbolt(t, filepath.Join(dir, StoreFile), f)
+	defer db.Close()
+	require.NoError(t, db.View(func(tx *bolt.Tx) error {
+		for id := 2; id < int(f.pages); {
+			info, err := tx.Page(id)
+			require.NoError(t, err)
+			require.NotNil(t, info, "page %d", id)
+			if info.Type == "free" { // (its header, and overflow, are stale)
+				assert.False(t, f.used[id], "page %d is free", id)
+				id++
+				continue
+			}
+			for p := id; p <= id+info.OverflowCount; p++ {
+				assert.True(t, f.used[p], "page %d (%s, part of page %d)", p, info.Type, id)
+			}
+			id += 1 + info.OverflowCount
+		}
+		return nil
+	}))
 }
 
 func TestParseBoltFileRejects(t *testing.T) {

@@ -2,9 +2,9 @@ package credtracker
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"hash/maphash"
 	"time"
-	"unsafe"
 
 	"github.com/pullguard/pullguard/pkg/credential"
 )
@@ -17,24 +17,17 @@ import (
 //	       unknownLen u32 | updated i64 | size u32 | ref? | unknownOrigin | entry*
 //	entry: kind u8 | flags u8 | refKind u8 | pad u8 | refLen u32 | repoLen u32 |
 //	       nSecrets u32 | nSAs u32 | back u32 | updated i64 | ref | repo |
-//	       (hash [32] | verified i64 | coordinates hash u32 | names u32)*nSecrets |
-//	       (verified i64 | names u32)*nSAs
+//	       (hash [32] | verified i64 | coords u32)*nSecrets |
+//	       (verified i64 | coords u32)*nSAs
 //
-// Everything a decision reads is in the first three cache lines of an
-// entry, at offsets the reader computes from the slot and the request
-// alone (the ref's stored length follows from its form, the repository
-// name's is the request's), so those loads go out together instead of one
-// after the other: the header, the ref and the repository name (the key,
-// verified in full), the first secret's hash and verification time. A ref of the usual form
-// "sha256:<64 lower-case hex digits>" is kept as its 32 bytes (refKind
-// refDigest), any other as it is (refRaw). Every entry holds its record's
-// ref; the group holds it only when it has no entry (refInEntries
-// otherwise). back is the entry's distance from its group. A secret's or
-// service account's coordinates are kept once in the names arena
-// (coords.go); names is their offset there. A secret's coordinates hash
-// (keyed, in memory only) says whether a secret's coordinates are already
-// listed without reading them; a collision can only skip remembering a
-// secret's coordinates.
+// A ref of the usual form "sha256:<64 lower-case hex digits>" is kept as
+// its 32 bytes (refKind refDigest), any other as it is (refRaw). Every
+// entry holds its record's ref, so that a decision compares its key (ref
+// and repository) in full in the entry it finds; the group holds it only
+// when it has no entry (refInEntries otherwise). back is the entry's
+// distance from its group. A secret's or service account's coordinates are
+// kept once in the coordinates arena (coordinates.go); coords is their
+// offset there.
 const (
 	kindGroup = 1
 	kindEntry = 2
@@ -45,15 +38,14 @@ const (
 
 	groupHeader = 32
 	entryHeader = 32
-	secretSize  = 32 + 8 + 4 + 4
+	secretSize  = 32 + 8 + 4
 	saSize      = 8 + 4
 
-	// Offsets in a secret: its verification time, its coordinates hash,
-	// its names offset; in a service account: its names offset.
+	// Offsets in a secret: its verification time, its coordinates'
+	// offset; in a service account: its coordinates' offset.
 	secretVerifiedAt = 32
 	secretCoordsAt   = 40
-	secretNamesAt    = 44
-	saNamesAt        = 8
+	saCoordsAt       = 8
 
 	flagNodeAccessible = 1
 
@@ -119,8 +111,7 @@ func putRef(b []byte, kind byte, ref string) int {
 	return 32
 }
 
-// refIs reports whether the stored ref b of kind is ref. A digest is
-// written out in hex four bytes at a time (SWAR) and compared as it goes.
+// refIs reports whether the stored ref b of kind is ref.
 func refIs(kind byte, b []byte, ref string) bool {
 	if kind == refRaw {
 		return string(b) == ref
@@ -128,25 +119,13 @@ func refIs(kind byte, b []byte, ref string) bool {
 	if len(ref) != digestRefLen || ref[:len(digestPrefix)] != digestPrefix {
 		return false
 	}
-	// A read-only view of the request's 64 hex digits, read eight at a time.
-	h := unsafe.Slice(unsafe.StringData(ref[len(digestPrefix):]), 64)
-	b = b[:32]
-	for k := range 8 {
-		if hex8(binary.LittleEndian.Uint32(b[4*k:])) != binary.LittleEndian.Uint64(h[8*k:]) {
+	h := ref[len(digestPrefix):digestRefLen]
+	for i, c := range b[:32] {
+		if h[2*i] != hexDigits[c>>4] || h[2*i+1] != hexDigits[c&15] {
 			return false
 		}
 	}
 	return true
-}
-
-// hex8 returns the eight lower-case hex digits of the four bytes of v (in
-// memory order), as eight bytes in memory order.
-func hex8(v uint32) uint64 {
-	x := uint64(v)
-	x = (x | x<<16) & 0x0000ffff0000ffff
-	x = (x | x<<8) & 0x00ff00ff00ff00ff // byte k in the low byte of lane k
-	n := (x>>4)&0x000f000f000f000f | (x&0x000f000f000f000f)<<8
-	return n + 0x3030303030303030 + ((n+0x0606060606060606)>>4&0x0101010101010101)*39
 }
 
 const hexDigits = "0123456789abcdef"
@@ -156,16 +135,12 @@ func appendRef(dst []byte, kind byte, b []byte) []byte {
 	if kind == refRaw {
 		return append(dst, b...)
 	}
-	dst = append(dst, digestPrefix...)
-	for _, c := range b[:32] {
-		dst = append(dst, hexDigits[c>>4], hexDigits[c&15])
-	}
-	return dst
+	return hex.AppendEncode(append(dst, digestPrefix...), b[:32])
 }
 
-// groupView is a record's group in an arena, with the names arena its
-// entries refer to.
-type groupView struct{ b, names []byte }
+// groupView is a record's group in an arena, with the coordinates arena
+// its entries refer to.
+type groupView struct{ b, coords []byte }
 
 func (g groupView) refKind() byte   { return g.b[1] }
 func (g groupView) refLen() int     { return u32(g.b, 4) }
@@ -225,21 +200,19 @@ func (it *entryIter) next() bool {
 	if it.idx >= it.g.repos() {
 		return false
 	}
-	it.e = entryAt(it.g.b[it.pos:], it.g.names)
+	it.e = entryAt(it.g.b[it.pos:], it.g.coords)
 	return true
 }
 
-// repoView is one repository's entry in an arena, with the names arena
-// it refers to; sec is the offset of its secrets.
+// repoView is one repository's entry in an arena, with the coordinates
+// arena it refers to; sec is the offset of its secrets.
 type repoView struct {
-	b, names []byte
-	sec      int
-	// first is the first byte of the first secret's hash, read early.
-	first byte
+	b, coords []byte
+	sec       int
 }
 
-func entryAt(b, names []byte) repoView {
-	return repoView{b: b, names: names, sec: entryHeader + u32(b, 4) + u32(b, 8)}
+func entryAt(b, coords []byte) repoView {
+	return repoView{b: b, coords: coords, sec: entryHeader + u32(b, 4) + u32(b, 8)}
 }
 
 func (v repoView) nodeAccessible() bool { return v.b[1]&flagNodeAccessible != 0 }
@@ -252,9 +225,6 @@ func (v repoView) updated() int64       { return i64(v.b, 24) }
 
 // hashIs reports whether secret i's hash is h.
 func (v repoView) hashIs(i int, h *credential.Hash) bool {
-	if i == 0 && v.first != h[0] {
-		return false
-	}
 	o := v.sec + i*secretSize
 	return [32]byte(v.b[o:o+32]) == *h
 }
@@ -265,18 +235,16 @@ func (v repoView) secretHash(i int) credential.Hash {
 }
 
 func (v repoView) secretVerified(i int) int64 { return i64(v.b, v.sec+i*secretSize+secretVerifiedAt) }
-func (v repoView) coordsHash(i int) uint32 {
-	return uint32(u32(v.b, v.sec+i*secretSize+secretCoordsAt))
-}
 
-// secretNames is the offset of secret i's coordinates in the names arena.
-func (v repoView) secretNames(i int) int { return u32(v.b, v.sec+i*secretSize+secretNamesAt) }
+// secretCoords is the offset of secret i's coordinates in the coordinates
+// arena.
+func (v repoView) secretCoords(i int) int { return u32(v.b, v.sec+i*secretSize+secretCoordsAt) }
 
 // sa is the offset of service account j in the entry.
 func (v repoView) sa(j int) int { return v.sec + v.secrets()*secretSize + j*saSize }
 
 func (v repoView) saVerified(j int) int64 { return i64(v.b, v.sa(j)) }
-func (v repoView) saNames(j int) int      { return u32(v.b, v.sa(j)+saNamesAt) }
+func (v repoView) saCoords(j int) int     { return u32(v.b, v.sa(j)+saCoordsAt) }
 
 func (v repoView) ref() []byte { return v.b[entryHeader : entryHeader+v.refLen()] }
 
@@ -287,17 +255,17 @@ func (v repoView) repo() []byte {
 	return v.b[o : o+v.repoLen()]
 }
 
-// coords calls fn with the coordinates of each secret (sa false) and then
+// eachCoords calls fn with the coordinates of each secret (sa false) and then
 // each service account (sa true) until fn returns true; it reports
 // whether one did.
-func (v repoView) coords(fn func(i int, sa bool, ns, name, uid []byte) bool) bool {
+func (v repoView) eachCoords(fn func(i int, sa bool, ns, name, uid []byte) bool) bool {
 	for i := range v.secrets() {
-		if ns, name, uid := coordsAt(v.names, v.secretNames(i)); fn(i, false, ns, name, uid) {
+		if ns, name, uid := coordsAt(v.coords, v.secretCoords(i)); fn(i, false, ns, name, uid) {
 			return true
 		}
 	}
 	for j := range v.serviceAccounts() {
-		if ns, name, uid := coordsAt(v.names, v.saNames(j)); fn(j, true, ns, name, uid) {
+		if ns, name, uid := coordsAt(v.coords, v.saCoords(j)); fn(j, true, ns, name, uid) {
 			return true
 		}
 	}
@@ -312,9 +280,19 @@ func sameObject(src credential.Source, ns, name, uid []byte) bool {
 	return string(ns) == src.Namespace && string(name) == src.Name && string(uid) == src.UID
 }
 
+// listsSecret reports whether a secret at src's coordinates is listed.
+func (v *repoView) listsSecret(src *credential.Source) bool {
+	for i := range v.secrets() {
+		if ns, name, uid := coordsAt(v.coords, v.secretCoords(i)); string(uid) == src.UID && string(name) == src.Name && string(ns) == src.Namespace {
+			return true
+		}
+	}
+	return false
+}
+
 // findSecret reports whether fn holds for a secret at src's coordinates.
 func (v repoView) findSecret(src credential.Source, fn func(i int) bool) bool {
-	return v.coords(func(i int, sa bool, ns, name, uid []byte) bool {
+	return v.eachCoords(func(i int, sa bool, ns, name, uid []byte) bool {
 		return !sa && sameObject(src, ns, name, uid) && fn(i)
 	})
 }
@@ -322,32 +300,9 @@ func (v repoView) findSecret(src credential.Source, fn func(i int) bool) bool {
 // findServiceAccount reports whether fn holds for a service account at
 // src's coordinates.
 func (v repoView) findServiceAccount(src credential.Source, fn func(j int) bool) bool {
-	return v.coords(func(j int, sa bool, ns, name, uid []byte) bool {
+	return v.eachCoords(func(j int, sa bool, ns, name, uid []byte) bool {
 		return sa && sameObject(src, ns, name, uid) && fn(j)
 	})
-}
-
-// mayListSecret reports whether a secret at src's coordinates may be
-// listed: false means it is not (true may be a hash collision).
-func (v repoView) mayListSecret(seed maphash.Seed, src *credential.Source) bool {
-	h := coordsHash(seed, src.Namespace, src.Name, src.UID)
-	for i := range v.secrets() {
-		if v.coordsHash(i) == h {
-			return true
-		}
-	}
-	return false
-}
-
-// coordsHash is a keyed hash of a secret's coordinates. The uid names
-// one object in the cluster, so it carries most of the weight; a
-// collision only makes the tracker skip remembering coordinates.
-func coordsHash(seed maphash.Seed, ns, name, uid string) uint32 {
-	h := maphash.String(seed, uid) ^ uint64(len(ns))<<48 ^ uint64(len(name))<<32
-	if uid == "" {
-		h ^= maphash.String(seed, name) * 0x9e3779b97f4a7c15
-	}
-	return uint32(h ^ h>>32)
 }
 
 // groupIs reports whether the group at off in arena is ref's.
@@ -357,38 +312,14 @@ func groupIs(arena []byte, off int, ref string) bool {
 }
 
 // entryIs returns the entry at off in t's arena if it is the one for
-// (ref, repo). It computes where the entry's parts are from the request before
-// it reads the header, and reads the first secret's hash first, so that
-// the cache lines it needs are fetched together.
+// (ref, repo): its key is compared in full.
 func entryIs(t *table, off int, ref, repo string) (repoView, bool) {
 	b := t.arena[off:]
-	if len(ref) == digestRefLen {
-		// Most likely a digest kept as its 32 bytes; a ref of that length
-		// in another form (upper case, say) is kept as it is.
-		if v, ok := entryWith(b, t.names, ref, repo, 32); ok || b[0] != kindEntry || b[2] != refRaw {
-			return v, ok
-		}
-	}
-	return entryWith(b, t.names, ref, repo, len(ref))
-}
-
-// entryWith is entryIs for an entry whose ref takes refLen bytes.
-func entryWith(b, names []byte, ref, repo string, refLen int) (repoView, bool) {
-	sec := entryHeader + refLen + len(repo)
-	if sec > len(b) {
+	if b[0] != kindEntry {
 		return repoView{}, false
 	}
-	var first byte
-	if sec < len(b) {
-		first = b[sec] // the first secret's line, fetched with the others
-	}
-	// The key's bytes are compared where the request says they are, before
-	// the header is checked, so that none of these loads waits for another.
-	keyOK := string(b[entryHeader+refLen:sec]) == repo && refIs(b[2], b[entryHeader:entryHeader+refLen], ref)
-	if !keyOK || b[0] != kindEntry || u32(b, 4) != refLen || u32(b, 8) != len(repo) {
-		return repoView{}, false
-	}
-	return repoView{b: b, names: names, sec: sec, first: first}, true
+	v := entryAt(b, t.coords)
+	return v, string(v.repo()) == repo && v.refIs(ref)
 }
 
 func entrySize(refLen int, repo string, rr *RepositoryRecord) int {
@@ -410,9 +341,9 @@ func groupSize(r *ImageRecord) int {
 
 // appendGroup appends r's group (of groupSize(r) bytes: size) to arena,
 // with its entries in the order of repos (r's repository names, sorted),
-// and its coordinates to names; it appends to offs the offsets of the
+// and its coordinates to coords; it appends to offs the offsets of the
 // group and of its entries.
-func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, names *nameSet) ([]byte, []int) {
+func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []int, coords *coordSet) ([]byte, []int) {
 	kind, refLen := storedRef(r.ImageRef)
 	start := len(arena)
 	arena = growArena(arena, size)
@@ -454,13 +385,12 @@ func appendGroup(arena []byte, r *ImageRecord, repos []string, size int, offs []
 		for _, s := range rr.Secrets {
 			copy(e[p:], s.Hash[:])
 			putI64(e, p+secretVerifiedAt, unixNano(s.Verified))
-			putU32(e, p+secretCoordsAt, int(coordsHash(names.seed, s.Namespace, s.Name, s.UID)))
-			putU32(e, p+secretNamesAt, names.intern(s.Namespace, s.Name, s.UID))
+			putU32(e, p+secretCoordsAt, coords.intern(s.Namespace, s.Name, s.UID))
 			p += secretSize
 		}
 		for _, sa := range rr.ServiceAccounts {
 			putI64(e, p, unixNano(sa.Verified))
-			putU32(e, p+saNamesAt, names.intern(sa.Namespace, sa.Name, sa.UID))
+			putU32(e, p+saCoordsAt, coords.intern(sa.Namespace, sa.Name, sa.UID))
 			p += saSize
 		}
 		o += p
@@ -498,7 +428,7 @@ func (v repoView) record() *RepositoryRecord {
 			rr.ServiceAccounts[j].Verified = fromUnixNano(v.saVerified(j))
 		}
 	}
-	v.coords(func(i int, sa bool, ns, name, uid []byte) bool {
+	v.eachCoords(func(i int, sa bool, ns, name, uid []byte) bool {
 		if sa {
 			rr.ServiceAccounts[i].Namespace, rr.ServiceAccounts[i].Name, rr.ServiceAccounts[i].UID = string(ns), string(name), string(uid)
 		} else {
@@ -509,24 +439,25 @@ func (v repoView) record() *RepositoryRecord {
 	return rr
 }
 
-// relinkNames rewrites the names offsets of g's entries with fn; g is a
-// copy no reader can see yet.
-func relinkNames(g groupView, fn func(off int) int) {
+// relinkCoords rewrites the coordinates' offsets of g's entries with fn;
+// g is a copy no reader can see yet.
+func relinkCoords(g groupView, fn func(off int) int) {
 	for it := g.entries(); it.next(); {
 		v := it.e
 		for i := range v.secrets() {
-			o := v.sec + i*secretSize + secretNamesAt
+			o := v.sec + i*secretSize + secretCoordsAt
 			putU32(v.b, o, fn(u32(v.b, o)))
 		}
 		for j := range v.serviceAccounts() {
-			o := v.sa(j) + saNamesAt
+			o := v.sa(j) + saCoordsAt
 			putU32(v.b, o, fn(u32(v.b, o)))
 		}
 	}
 }
 
-// namesBound is at most the bytes r's coordinates add to a names arena.
-func namesBound(r *ImageRecord) int {
+// coordsBound is at most the bytes r's coordinates add to a coordinates
+// arena.
+func coordsBound(r *ImageRecord) int {
 	n := 0
 	for _, rr := range r.Repositories {
 		for _, s := range rr.Secrets {

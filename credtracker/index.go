@@ -3,13 +3,12 @@ package credtracker
 import (
 	"hash/maphash"
 	"runtime"
-	"sync"
 	"sync/atomic"
 )
 
-// recordIndex is the tracker's in-memory record set, laid out for the
-// decision: a uniform random decision among 100 000 records costs the
-// memory misses it takes, so it takes as few as it can.
+// recordIndex is the tracker's in-memory record set: compact (no pointer
+// per record for the garbage collector to scan, each secret's coordinates
+// kept once) and read without a lock.
 //
 // Records live in two open-addressing slot tables (linear probing) over
 // one byte arena (arena.go): the entries' (image ref, repository: what a
@@ -21,9 +20,9 @@ import (
 // image's header and ref, then one entry per repository with its ref and
 // repository name, its secrets' hashes and verification times inline, and
 // the offsets of its secrets' and service accounts' coordinates in the
-// names arena (coords.go), which holds each once. A decision is one slot
-// read and one read of a few adjacent arena lines, whose addresses are all
-// known from the slot: no pointer chasing, no per-request string.
+// coordinates arena (coordinates.go), which holds each once. A decision is
+// one slot read and one read of the entry it points at, whose key is
+// compared in full.
 //
 // Readers take no lock. Arena bytes are never changed once written: a
 // writer appends a new group, publishes the table (an immutable
@@ -32,14 +31,15 @@ import (
 // the table, then a slot; an offset past its table's arena means a newer
 // table exists, and the reader loads it again. When garbage passes a
 // sixteenth of the live bytes or the slots fill, the writer builds a new
-// table and arena, and names arena with only the coordinates still listed,
-// and swaps them in: amortized O(1), independent of the record count.
+// table and arena, and coordinates arena with only the coordinates still
+// listed, and swaps them in: amortized O(1), independent of the record
+// count.
 // Coordinates no longer listed wait for that rebuild: each write leaves at
 // most its own coordinates behind, and a group as garbage.
 //
-// Writers are serialized (by the tracker's write lock, and by the index's
-// own), so a single table costs nothing in write concurrency. (An earlier
-// version split the index into 64 stripes, for no measurable gain.)
+// Writers must be serialized by the caller (the tracker holds its write
+// lock across every write, which also orders memory with disk); the index
+// has no lock of its own.
 type recordIndex struct {
 	seed maphash.Seed
 	s    indexState
@@ -76,25 +76,20 @@ const (
 
 // indexState is the published table and the writers' bookkeeping.
 type indexState struct {
-	mu  sync.Mutex // serializes writers
 	tab atomic.Pointer[table]
 	// ver is odd while a writer changes the published slots and counts
 	// changes: a reader trusts "not found" only if ver was even and did
 	// not move. A rebuild or an arena's copy, which change no record and
 	// take O(n), leave it even: readers go on with the table they have.
 	ver atomic.Uint64
-	// Writer state, guarded by mu.
+	// Writer state, the (serialized) writers' only.
 	// e and g count the entries' slots and the groups'; a record has
 	// one group slot, so g.entries is the number of live records.
 	e, g    slotCounts
 	live    int // arena bytes of live groups
 	garbage int // arena bytes of replaced or deleted groups
-	// names is the names arena of the published table, with its set.
-	names *nameSet
-	// cellSeq numbers the cells' fillings (cells.go); cellsFor is the
-	// number of entries the cells were made for.
-	cellSeq  uint64
-	cellsFor int
+	// coords is the coordinates arena of the published table, with its set.
+	coords *coordSet
 }
 
 // slotCounts counts a slot table's live slots, and its live and deleted
@@ -110,13 +105,12 @@ type table struct {
 	slots  []atomic.Uint64 // the entries'
 	gslots []atomic.Uint64 // the groups'
 	arena  []byte
-	names  []byte          // the names arena (coords.go) the arena's entries refer to
-	cells  []atomic.Uint64 // the decision's cells (cells.go)
+	coords []byte // the coordinates arena (coordinates.go) the arena's entries refer to
 }
 
 func newRecordIndex() *recordIndex {
 	x := &recordIndex{seed: maphash.MakeSeed()}
-	x.s.names = newNameSet(x.seed, 0)
+	x.s.coords = newCoordSet(x.seed, 0)
 	x.s.tab.Store(&table{slots: newSlots(8), gslots: newSlots(8)})
 	return x
 }
@@ -146,21 +140,17 @@ func slotValue(h uint64, off int) uint64 { return h&^(1<<32-1) | uint64(off+1) }
 
 // probe calls match with the offset of each live slot of (ref, repo)'s
 // probe sequence whose tag is right, in the newest table, until match
-// returns true; it returns that table (nil if none matched).
+// returns true; it returns that table (nil if none matched). The
+// repository "" probes the groups' table.
 func (x *recordIndex) probe(ref, repo string, writer bool, match func(t *table, off int) bool) *table {
-	return x.probeHash(x.pairHash(maphash.String(x.seed, ref), repo), repo == "", writer, match)
-}
-
-// probeHash is probe for the slot hash hp of (ref, repo), in the groups'
-// table if groups (repo "").
-func (x *recordIndex) probeHash(hp uint64, groups, writer bool, match func(t *table, off int) bool) *table {
 	s := &x.s
+	hp := x.pairHash(maphash.String(x.seed, ref), repo)
 	tag := hp >> 32
 	for {
 		ver := s.ver.Load()
 		t := s.tab.Load()
 		sl := t.slots
-		if groups {
+		if repo == "" {
 			sl = t.gslots
 		}
 		n := len(sl)
@@ -190,14 +180,14 @@ func (x *recordIndex) probeHash(hp uint64, groups, writer bool, match func(t *ta
 		// replaced record's new slot may be behind the reader and its old
 		// one deleted ahead of it.
 		if !retry && (writer || ver&1 == 0 && s.ver.Load() == ver) {
-			return nil // (a writer holds s.mu: nothing moves)
+			return nil // (the writer itself: nothing moves)
 		}
 		runtime.Gosched()
 	}
 }
 
-// find returns the arena offset of ref's group and its table, or -1. A
-// writer (holding the index's lock) says so.
+// find returns the arena offset of ref's group and its table, or -1. The
+// writer says so.
 func (x *recordIndex) find(ref string, writer bool) (*table, int) {
 	found := -1
 	t := x.probe(ref, "", writer, func(t *table, off int) bool {
@@ -210,25 +200,13 @@ func (x *recordIndex) find(ref string, writer bool) (*table, int) {
 	return t, found
 }
 
-// loadRepository returns the entry for repo in ref's record.
+// loadRepository returns the entry for repo in ref's record. The
+// repository "" is never an entry's (it names the record's own slot).
 func (x *recordIndex) loadRepository(ref, repo string) (v repoView, ok bool) {
-	hr, hrepo := x.hashes(ref, repo)
-	return x.loadRepositoryHashed(hr, hrepo, ref, repo)
-}
-
-// hashes returns the keyed hashes of ref and repo, which the decision's
-// look-ups (its cell's, then the arena's) take.
-func (x *recordIndex) hashes(ref, repo string) (hr, hrepo uint64) {
-	return maphash.String(x.seed, ref), maphash.String(x.seed, repo)
-}
-
-// loadRepositoryHashed is loadRepository for ref and repo of hashes hr
-// and hrepo.
-func (x *recordIndex) loadRepositoryHashed(hr, hrepo uint64, ref, repo string) (v repoView, ok bool) {
 	if repo == "" {
 		return repoView{}, false
 	}
-	x.probeHash(mix(hr, hrepo), false, false, func(t *table, off int) bool {
+	x.probe(ref, repo, false, func(t *table, off int) bool {
 		v, ok = entryIs(t, off, ref, repo)
 		return ok
 	})
@@ -241,7 +219,7 @@ func (x *recordIndex) loadGroup(ref string) (groupView, bool) {
 	if off < 0 {
 		return groupView{}, false
 	}
-	return groupView{b: t.arena[off:], names: t.names}, true
+	return groupView{b: t.arena[off:], coords: t.coords}, true
 }
 
 // load returns a copy of ref's record, or nil.
@@ -256,13 +234,11 @@ func (x *recordIndex) load(ref string) *ImageRecord {
 // store replaces ref's record by r.
 func (x *recordIndex) store(r *ImageRecord) {
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
 	x.compact(s)
 }
 
-// put replaces r.ImageRef's record by r in s; s.mu is held, s.ver even.
+// put replaces r.ImageRef's record by r in s; s.ver is even.
 // Only while it changes the published slots is the index marked as
 // changing (s.ver odd): the rebuild and the arena's copy before that
 // change no record, so readers, who wait while it is marked, go on
@@ -270,7 +246,7 @@ func (x *recordIndex) store(r *ImageRecord) {
 func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	nRepos := len(r.Repositories) // the entry slots r takes, and one group slot
 	t := s.tab.Load()
-	if s.live+s.garbage+size > maxArena || len(s.names.b)+namesBound(r) > maxArena {
+	if s.live+s.garbage+size > maxArena || len(s.coords.b)+coordsBound(r) > maxArena {
 		// A slot holds a 32-bit offset: past maxArena bytes the record
 		// cannot be placed. Its previous version must not stay (it may
 		// grant what the new one no longer does): the ref is left with no
@@ -290,11 +266,11 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	var one [1]string
 	repos := repoNames(r, &one)
 	var offsBuf [4]int
-	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], s.names)
+	arena, offs := appendGroup(t.arena, r, repos, size, offsBuf[:0], s.coords)
 	if x.slowHook != nil && cap(arena) != cap(t.arena) {
 		x.slowHook()
 	}
-	t = &table{slots: t.slots, gslots: t.gslots, arena: arena, names: s.names.b, cells: t.cells}
+	t = &table{slots: t.slots, gslots: t.gslots, arena: arena, coords: s.coords.b}
 	s.tab.Store(t) // the group is readable before any slot points at it
 	s.ver.Add(1)
 	defer s.ver.Add(1)
@@ -308,7 +284,6 @@ func (x *recordIndex) put(s *indexState, r *ImageRecord, hr uint64, size int) {
 	if old >= 0 {
 		x.removeAt(s, t, old, hr)
 	}
-	x.fillCells(s, t, offs[0], hr, false)
 }
 
 // insertGroup points a free slot of h's probe sequence (h is the hash of
@@ -371,7 +346,7 @@ func insert(c *slotCounts, sl []atomic.Uint64, h uint64, off int) {
 	}
 }
 
-// remove deletes ref's record from s, if any; s.mu is held.
+// remove deletes ref's record from s, if any.
 func (x *recordIndex) remove(s *indexState, ref string) bool {
 	t, off := x.find(ref, true)
 	if off < 0 {
@@ -382,12 +357,9 @@ func (x *recordIndex) remove(s *indexState, ref string) bool {
 }
 
 // removeAt deletes the group at off in t (the current table), whose ref
-// hashes to hr; s.mu is held and s.ver odd.
+// hashes to hr; s.ver is odd.
 func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 	g := groupView{b: t.arena[off:]}
-	for it := g.entries(); it.next(); {
-		x.clearCell(t, hr, it.e) // before the entry goes
-	}
 	tombstone(t.gslots, x.pairHash(hr, ""), off)
 	for it := g.entries(); it.next(); {
 		tombstone(t.slots, x.pairHashBytes(hr, it.e.repo()), off+it.pos)
@@ -400,16 +372,13 @@ func (x *recordIndex) removeAt(s *indexState, t *table, off int, hr uint64) {
 }
 
 // compact rebuilds s's table without its garbage when garbage passes
-// 1/garbageShare of the live bytes, or else makes the cells anew if the
-// entries have outgrown them (growCells); s.mu is held, and s.ver even:
-// neither changes a record, so readers go on meanwhile.
+// 1/garbageShare of the live bytes; s.ver is even: a rebuild changes no
+// record, so readers go on meanwhile.
 func (x *recordIndex) compact(s *indexState) {
 	if s.garbage > 4096 && s.garbage*garbageShare > s.live {
 		t := s.tab.Load()
 		x.rebuild(s, t, len(t.slots), len(t.gslots), s.live)
-		return
 	}
-	x.growCells(s)
 }
 
 // tombstone marks the slot of sl pointing at off deleted.
@@ -432,7 +401,7 @@ func tombstone(sl []atomic.Uint64, h uint64, off int) {
 }
 
 // liveGroups calls fn with the offset of each live group of t, in slot
-// order; s.mu is held (t is the writer's).
+// order (t is the writer's).
 func (t *table) liveGroups(fn func(off int)) {
 	for i := range t.gslots {
 		v := t.gslots[i].Load()
@@ -449,28 +418,25 @@ func (t *table) liveGroups(fn func(off int)) {
 
 // rebuild replaces s's table by one of n entries' and gn groups' slots
 // whose arena holds only the live groups of t, with room for arenaCap
-// bytes, and whose names arena only the coordinates they list; s.mu is
-// held.
+// bytes, and whose coordinates arena only the coordinates they list.
 func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	n = max(n, (s.e.entries+1)*1024/maxLoad+1, 8)
 	gn = max(gn, (s.g.entries+1)*1024/maxLoad+1, 8)
 	arenaCap = max(arenaCap, s.live)
-	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare), cells: newCells(s.e.entries + 1)}
-	s.cellsFor = s.e.entries + 1
-	names := newNameSet(x.seed, len(t.names))
-	relink := func(off int) int { return names.internEncoded(tripleAt(t.names, off)) }
+	nt := &table{slots: newSlots(n), gslots: newSlots(gn), arena: newArena(arenaCap + 2*arenaCap/garbageShare)}
+	coords := newCoordSet(x.seed, len(t.coords))
+	relink := func(off int) int { return coords.internEncoded(tripleAt(t.coords, off)) }
 	s.e, s.g, s.live, s.garbage = slotCounts{}, slotCounts{}, 0, 0
 	t.liveGroups(func(off int) {
 		g := groupView{b: t.arena[off:]}
 		base := len(nt.arena)
 		nt.arena = append(nt.arena, g.b[:g.size()]...)
-		relinkNames(groupView{b: nt.arena[base:]}, relink)
+		relinkCoords(groupView{b: nt.arena[base:]}, relink)
 		hr := g.refHash(x.seed)
 		insert(&s.g, nt.gslots, x.pairHash(hr, ""), base)
 		for it := g.entries(); it.next(); {
 			insert(&s.e, nt.slots, x.pairHashBytes(hr, it.e.repo()), base+it.pos)
 		}
-		x.fillCells(s, nt, base, hr, true)
 		s.live += g.size()
 	})
 	if x.slowHook != nil {
@@ -478,36 +444,29 @@ func (x *recordIndex) rebuild(s *indexState, t *table, n, gn, arenaCap int) {
 	}
 	// The coordinates still listed, in a buffer with the same room as the
 	// arena's (the one they were gathered in had room for the old ones).
-	live := len(names.b)
-	names.b = append(newArena(live+2*live/garbageShare), names.b...)
-	nt.names, s.names = names.b, names
+	live := len(coords.b)
+	coords.b = append(newArena(live+2*live/garbageShare), coords.b...)
+	nt.coords, s.coords = coords.b, coords
 	s.tab.Store(nt)
 }
 
 func (x *recordIndex) delete(ref string) {
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	x.marked(s, func() { x.remove(s, ref) })
 	x.compact(s)
 }
 
 // marked runs fn with the index marked as changing (s.ver odd), and
 // unmarks it even if fn panics: left marked, it would hold every reader
-// that finds nothing forever. s.mu is held.
+// that finds nothing forever.
 func (x *recordIndex) marked(s *indexState, fn func()) {
 	s.ver.Add(1)
 	defer s.ver.Add(1)
 	fn()
 }
 
-// len returns the number of records.
-func (x *recordIndex) len() int {
-	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.g.entries
-}
+// len returns the number of records; the caller is the writer.
+func (x *recordIndex) len() int { return x.s.g.entries }
 
 // each calls fn for every record's header. The views
 // stay valid after the call. A record replaced during the walk may be
@@ -521,7 +480,7 @@ func (x *recordIndex) each(fn func(groupView)) {
 		}
 		off := int(uint32(v)) - 1
 		if off < len(t.arena) && t.arena[off] == kindGroup {
-			fn(groupView{b: t.arena[off:], names: t.names})
+			fn(groupView{b: t.arena[off:], coords: t.coords})
 		}
 	}
 }

@@ -18,10 +18,9 @@ type bulkPart struct {
 	chunks [][]byte
 	size   int           // bytes in chunks
 	slots  []pendingSlot // the entries'
-	hrs    []uint64      // the ref's hash of each of slots, for its cell
 	gslots []pendingSlot // the groups', one per record
 	offs   []int         // appendGroup's scratch
-	names  *nameSet      // the coordinates the part's groups refer to
+	coords *coordSet     // the coordinates the part's groups refer to
 }
 
 // pendingSlot is a slot to fill once the groups are in the arena: the hash
@@ -46,15 +45,14 @@ func (x *recordIndex) prepare(p *bulkPart, r *ImageRecord) {
 	base := p.size - len(c) // the chunk's offset in the part
 	var one [1]string
 	repos := repoNames(r, &one)
-	if p.names == nil {
-		p.names = newNameSet(x.seed, 0)
+	if p.coords == nil {
+		p.coords = newCoordSet(x.seed, 0)
 	}
-	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], p.names)
+	p.chunks[n-1], p.offs = appendGroup(c, r, repos, size, p.offs[:0], p.coords)
 	hr := maphash.String(x.seed, r.ImageRef)
 	p.gslots = append(p.gslots, pendingSlot{h: x.pairHash(hr, ""), off: base + p.offs[0]})
 	for k, repo := range repos {
 		p.slots = append(p.slots, pendingSlot{h: x.pairHash(hr, repo), off: base + p.offs[k+1]})
-		p.hrs = append(p.hrs, hr)
 	}
 	p.size += size
 }
@@ -83,72 +81,45 @@ var errIndexNotEmpty = errors.New("the record index is not empty")
 // into it, and the slots filled in one pass.
 func (x *recordIndex) install(parts []bulkPart) error {
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.g.entries != 0 || s.garbage != 0 {
 		return errIndexNotEmpty
 	}
-	size, entries, groups, names := 0, 0, 0, 0
+	size, entries, groups, coords := 0, 0, 0, 0
 	for i := range parts {
 		size += parts[i].size
 		entries += len(parts[i].slots)
 		groups += len(parts[i].gslots)
-		if parts[i].names != nil {
-			names += len(parts[i].names.b)
+		if parts[i].coords != nil {
+			coords += len(parts[i].coords.b)
 		}
 	}
 	if groups == 0 {
 		return nil
 	}
-	if size > maxArena || names > maxArena {
+	if size > maxArena || coords > maxArena {
 		return errIndexFull
 	}
 	s.ver.Add(1)
 	defer s.ver.Add(1)
-	t := &table{slots: newSlots(entries*1024/700 + 8), gslots: newSlots(groups*1024/700 + 8), arena: newArena(size), names: newArena(names), cells: newCells(entries)}
-	// The cells are filled by a second goroutine, part by part, once a
-	// part's groups are in place: they take as long as the slots.
-	type placed struct {
-		arena []byte
-		base  int
-		slots []pendingSlot
-		hrs   []uint64
-	}
-	ready := make(chan placed, len(parts))
-	var filling sync.WaitGroup
-	filling.Go(func() {
-		// While the first part is copied: the cells' pages are faulted in
-		// now rather than one miss at a time below.
-		for i := 0; i < len(t.cells); i += 4096 / 8 {
-			t.cells[i].Store(0)
-		}
-		for p := range ready {
-			for k, ps := range p.slots {
-				if e := entryAt(p.arena[p.base+ps.off:], nil); cellable(e) { // before hashing its repository
-					x.fillCellHashed(&s.cellSeq, t, p.hrs[k], maphash.Bytes(x.seed, e.repo()), e, true)
-				}
-			}
-		}
-	})
+	t := &table{slots: newSlots(entries*1024/700 + 8), gslots: newSlots(groups*1024/700 + 8), arena: newArena(size), coords: newArena(coords)}
 	for i := range parts {
 		base := len(t.arena)
 		for _, c := range parts[i].chunks {
 			t.arena = append(t.arena, c...)
 		}
-		// The part's groups refer to its own names arena, now at nbase in
-		// the table's.
-		if nbase := len(t.names); nbase > 0 {
-			relink := func(off int) int { return nbase + off }
+		// The part's groups refer to its own coordinates arena, now at
+		// cbase in the table's.
+		if cbase := len(t.coords); cbase > 0 {
+			relink := func(off int) int { return cbase + off }
 			for o := base; o < len(t.arena); {
 				g := groupView{b: t.arena[o:]}
-				relinkNames(g, relink)
+				relinkCoords(g, relink)
 				o += g.size()
 			}
 		}
-		if parts[i].names != nil {
-			t.names = append(t.names, parts[i].names.b...)
+		if parts[i].coords != nil {
+			t.coords = append(t.coords, parts[i].coords.b...)
 		}
-		ready <- placed{arena: t.arena, base: base, slots: parts[i].slots, hrs: parts[i].hrs}
 		for _, ps := range parts[i].slots {
 			insert(&s.e, t.slots, ps.h, base+ps.off)
 		}
@@ -158,11 +129,8 @@ func (x *recordIndex) install(parts []bulkPart) error {
 		parts[i] = bulkPart{} // the chunks are garbage now
 	}
 	s.live = size
-	s.cellsFor = entries
-	s.names = newNameSet(x.seed, 0)
-	s.names.index(t.names)
-	close(ready)
-	filling.Wait() // the cells are filled before the table is published
+	s.coords = newCoordSet(x.seed, 0)
+	s.coords.index(t.coords)
 	s.tab.Store(t)
 	return nil
 }
@@ -181,7 +149,6 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		for w := range parts {
 			share := len(recs)/workers + 1 // most records have one repository
 			parts[w].slots = make([]pendingSlot, 0, share)
-			parts[w].hrs = make([]uint64, 0, share)
 			parts[w].gslots = make([]pendingSlot, 0, share)
 			wg.Go(func() {
 				for i := w; i < len(recs); i += workers {
@@ -195,8 +162,6 @@ func (x *recordIndex) storeAll(recs []*ImageRecord) {
 		}
 	}
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, r := range recs {
 		x.put(s, r, maphash.String(x.seed, r.ImageRef), groupSize(r))
 		x.compact(s)

@@ -69,7 +69,7 @@ func adversarialRepos() []string {
 // key must find it, whole.
 func TestIndexAdversarialKeysMatchModel(t *testing.T) {
 	refs, repos := adversarialRefs(), adversarialRepos()
-	for seed := range uint64(6) {
+	for seed := range uint64(scaled(1, 6)) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 13))
 			runModel(t, rng, 150, 6, refs, repos, adversarialRecord, func(step int, x *recordIndex) {
@@ -149,35 +149,6 @@ func TestIndexKeepsLargeRecordsWhole(t *testing.T) {
 	}
 }
 
-// TestHex8WritesEveryWordInLowerHex: the digest comparison writes the
-// stored bytes out in hex four at a time; it must agree with
-// encoding/hex for every byte in every lane, or a digest could match a
-// request that is not its own.
-func TestHex8WritesEveryWordInLowerHex(t *testing.T) {
-	check := func(b [4]byte) {
-		var want [8]byte
-		hex.Encode(want[:], b[:])
-		if got := hex8(binary.LittleEndian.Uint32(b[:])); got != binary.LittleEndian.Uint64(want[:]) {
-			t.Fatalf("hex8(% x) = %x, want %q", b, got, want)
-		}
-	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for lane := range 4 {
-		for v := range 256 {
-			for range 8 {
-				b := [4]byte{byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32()), byte(rng.Uint32())}
-				b[lane] = byte(v)
-				check(b)
-			}
-		}
-	}
-	for range 100000 {
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], rng.Uint32())
-		check(b)
-	}
-}
-
 // TestRefIsRejectsEveryNearMiss: a stored digest matches its own ref and
 // no ref that differs from it in any one byte, whatever that byte is.
 func TestRefIsRejectsEveryNearMiss(t *testing.T) {
@@ -220,6 +191,7 @@ func TestRefIsRejectsEveryNearMiss(t *testing.T) {
 func TestIndexRecordsWithoutRepositoriesOrDuplicatedInBulk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 9))
 	repos := []string{"registry.example/a/app", "registry.example/b/app"}
+	many := scaled(2200, 5000) // two start-up workers' shares at least
 	for _, tc := range []struct {
 		name string
 		n    int
@@ -227,8 +199,8 @@ func TestIndexRecordsWithoutRepositoriesOrDuplicatedInBulk(t *testing.T) {
 	}{
 		{name: "few, no duplicate", n: 10},
 		{name: "duplicate in one share", n: 10, dups: [][2]int{{2, 7}}},
-		{name: "many, no duplicate", n: 5000},
-		{name: "duplicate across shares", n: 5000, dups: [][2]int{{1, 4990}, {2500, 2501}}},
+		{name: "many, no duplicate", n: many},
+		{name: "duplicate across shares", n: many, dups: [][2]int{{1, many - 10}, {many / 2, many/2 + 1}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			recs := make([]*ImageRecord, tc.n)

@@ -70,9 +70,9 @@ func versioned(ref string, i int, v int64) *ImageRecord {
 // stored are never found.
 func TestIndexReadsAreLinearizable(t *testing.T) {
 	const nRefs = 384
-	ops := 30000
+	ops := scaled(3000, 30000)
 	if raceEnabled {
-		ops = 6000
+		ops /= 5
 	}
 	x := newRecordIndex()
 	refs := make([]*versionedRef, nRefs)
@@ -238,9 +238,9 @@ func TestDecideNeverTakesARecordedImageForPreloadedUnderChurn(t *testing.T) {
 		})
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	ops := 20000
+	ops := scaled(2000, 20000)
 	if raceEnabled {
-		ops = 4000
+		ops /= 5
 	}
 	for op := 0; op < ops && !done.Load(); op++ {
 		tr.writeMu.Lock()
@@ -320,7 +320,7 @@ func pausedProbe(t *testing.T) (*recordIndex, *ImageRecord, string) {
 	hd, hr := maphash.String(x.seed, d.ImageRef), maphash.String(x.seed, r.ImageRef)
 	hp := x.pairHash(hr, repoR)
 	const n = 1024
-	nt := &table{slots: newSlots(n), gslots: newSlots(n), arena: old.arena, names: old.names}
+	nt := &table{slots: newSlots(n), gslots: newSlots(n), arena: old.arena, coords: old.coords}
 	h0 := home(hp, n)
 	nt.slots[h0].Store(hp&^(1<<32-1) | offTombstone)
 	nt.slots[(h0+1)%n].Store(slotValue(hp, offOf(d.ImageRef, repoD))) // R's tag, D's entry

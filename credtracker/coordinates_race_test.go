@@ -75,7 +75,7 @@ func checkEntryCoords(i int, v repoView) error {
 		return fmt.Errorf("record %d version %d: %d service accounts, want %d", i, ver, got, want)
 	}
 	var err error
-	v.coords(func(k int, sa bool, ns, name, uid []byte) bool {
+	v.eachCoords(func(k int, sa bool, ns, name, uid []byte) bool {
 		if got, want := (coordTriple{string(ns), string(name), string(uid)}), coordsOf(i, ver, k, sa); got != want {
 			err = fmt.Errorf("record %d version %d: coordinates %d (sa %v) read as %.60q, want %.60q", i, ver, k, sa, got, want)
 			return true
@@ -111,9 +111,9 @@ func checkEntryCoords(i int, v repoView) error {
 // entry a reader finds must list exactly its own version's coordinates.
 func TestIndexCoordinatesUnderConcurrentWrites(t *testing.T) {
 	const nRecs = 64
-	ops := 6000
+	ops := scaled(1500, 6000)
 	if raceEnabled {
-		ops = 1500
+		ops /= 4
 	}
 	x := newRecordIndex()
 	var cur atomic.Pointer[recordIndex] // the index readers read (a reinstall makes a new one)

@@ -8,36 +8,34 @@ import (
 // The coordinates (namespace, name, uid) of the secrets and service
 // accounts that records list are few and shared: a tenant's pull secret
 // is listed by every image the tenant pulled with it. They are kept once
-// each, in a names arena beside the record arena, and an entry refers to
-// them by offset. The entries, which a decision reads, stay small: the
-// more of them fit in the CPU's caches, the fewer memory misses a
-// decision takes. A decision never reads coordinates; only a rotated
-// secret's or a service account's match, and copies of records, do.
+// each, in a coordinates arena beside the record arena, and an entry
+// refers to them by offset: most of a record's memory would otherwise be
+// copies of the same few strings.
 //
-// A names arena holds triples (namespace, name, uid), each field a uvarint
+// A coordinates arena holds triples (namespace, name, uid), each field a uvarint
 // length and its bytes. Like the record arena, its bytes never change once
 // published: it grows by copying into a larger buffer (growArena), and is
 // rebuilt with only the coordinates still listed when the record arena is
 // (recordIndex.rebuild).
 
-// nameSet is a names arena with the writer's set of the triples in it,
+// coordSet is a coordinates arena with the writer's set of the triples in it,
 // so that a triple is written once. Not safe for concurrent use: it is the
 // writer's (guarded by the index's lock, or a start-up worker's own).
-type nameSet struct {
-	b     []byte   // the names arena
+type coordSet struct {
+	b     []byte   // the coordinates arena
 	slots []uint32 // offset+1 of each triple in b, open addressing; 0 is empty
 	n     int      // triples in slots
 	seed  maphash.Seed
 	buf   []byte // the triple being interned, encoded
 }
 
-func newNameSet(seed maphash.Seed, arenaCap int) *nameSet {
-	return &nameSet{b: newArena(arenaCap), slots: make([]uint32, 16), seed: seed}
+func newCoordSet(seed maphash.Seed, arenaCap int) *coordSet {
+	return &coordSet{b: newArena(arenaCap), slots: make([]uint32, 16), seed: seed}
 }
 
 // intern returns the offset of the triple (ns, name, uid) in the arena,
 // appending it if it is not there.
-func (s *nameSet) intern(ns, name, uid string) int {
+func (s *coordSet) intern(ns, name, uid string) int {
 	b := s.buf[:0]
 	b = binary.AppendUvarint(b, uint64(len(ns)))
 	b = append(b, ns...)
@@ -50,7 +48,7 @@ func (s *nameSet) intern(ns, name, uid string) int {
 }
 
 // internEncoded is intern for an encoded triple (not one of s.b's bytes).
-func (s *nameSet) internEncoded(t []byte) int {
+func (s *coordSet) internEncoded(t []byte) int {
 	i := s.find(t)
 	if s.slots[i] != 0 {
 		return int(s.slots[i]) - 1
@@ -66,7 +64,7 @@ func (s *nameSet) internEncoded(t []byte) int {
 
 // find returns the slot of the triple t: the one holding it, or the empty
 // slot where it goes.
-func (s *nameSet) find(t []byte) int {
+func (s *coordSet) find(t []byte) int {
 	n := len(s.slots)
 	i := home(maphash.Bytes(s.seed, t), n)
 	for s.slots[i] != 0 && string(tripleAt(s.b, int(s.slots[i])-1)) != string(t) {
@@ -80,7 +78,7 @@ func (s *nameSet) find(t []byte) int {
 // grow makes the set's slots a quarter more (not twice as many: the set
 // holds the triples no longer listed until the next rebuild, and memory
 // grows in small steps, like the arenas').
-func (s *nameSet) grow() {
+func (s *coordSet) grow() {
 	old := s.slots
 	s.slots = make([]uint32, len(old)+len(old)/4)
 	for _, v := range old {
@@ -92,7 +90,7 @@ func (s *nameSet) grow() {
 
 // index adds the triples of the arena b (as written by intern, one after
 // another, possibly with repeats) to an empty set whose arena b becomes.
-func (s *nameSet) index(b []byte) {
+func (s *coordSet) index(b []byte) {
 	s.b = b
 	for o := 0; o < len(b); {
 		t := tripleAt(b, o)
@@ -106,7 +104,7 @@ func (s *nameSet) index(b []byte) {
 	}
 }
 
-// tripleAt is the encoded triple at off in the names arena b.
+// tripleAt is the encoded triple at off in the coordinates arena b.
 func tripleAt(b []byte, off int) []byte {
 	o := off
 	for range 3 {
@@ -116,16 +114,17 @@ func tripleAt(b []byte, off int) []byte {
 	return b[off:o]
 }
 
-// coordsAt returns the triple at off in the names arena b.
+// coordsAt returns the triple at off in the coordinates arena b.
 func coordsAt(b []byte, off int) (ns, name, uid []byte) {
-	field := func() []byte {
-		n, k := binary.Uvarint(b[off:])
-		s := b[off+k : off+k+int(n)]
-		off += k + int(n)
-		return s
-	}
-	ns = field()
-	name = field()
-	uid = field()
+	ns, off = fieldAt(b, off)
+	name, off = fieldAt(b, off)
+	uid, _ = fieldAt(b, off)
 	return ns, name, uid
+}
+
+// fieldAt returns the field at off in b and the offset after it.
+func fieldAt(b []byte, off int) ([]byte, int) {
+	n, k := binary.Uvarint(b[off:])
+	end := off + k + int(n)
+	return b[off+k : end], end
 }

@@ -25,7 +25,7 @@ func TestNameSetKeepsEachTripleOnce(t *testing.T) {
 	for i := range 2000 { // enough to make the set grow many times
 		distinct = append(distinct, triple{fmt.Sprintf("tenant-%d", i), "regcred", fmt.Sprintf("uid-%d", i)})
 	}
-	s := newNameSet(maphash.MakeSeed(), 0)
+	s := newCoordSet(maphash.MakeSeed(), 0)
 	offs := make([]int, len(distinct))
 	for i, tr := range distinct {
 		offs[i] = s.intern(tr.ns, tr.name, tr.uid)
@@ -44,11 +44,11 @@ func TestNameSetKeepsEachTripleOnce(t *testing.T) {
 
 	// An arena gathered from several sets (start-up's parts) may hold a
 	// triple twice: indexing it keeps the first copy, and both stay valid.
-	again := newNameSet(s.seed, 0)
+	again := newCoordSet(s.seed, 0)
 	again.intern("a", "b", "c")
 	again.intern("ns", "other", "x")
 	joined := append(append([]byte(nil), s.b...), again.b...)
-	x := newNameSet(s.seed, 0)
+	x := newCoordSet(s.seed, 0)
 	x.index(joined)
 	assert.Equal(t, len(distinct)+1, x.n)
 	assert.Equal(t, offs[2], x.intern("a", "b", "c"), "the first copy of a repeated triple is the set's")
@@ -79,11 +79,11 @@ func TestIndexBulkPartsReferToTheirOwnNames(t *testing.T) {
 		assert.Equal(t, r, x.load(r.ImageRef))
 	}
 	// A write after start-up finds the installed names.
-	before := len(x.s.names.b)
+	before := len(x.s.coords.b)
 	next := recs[5].clone()
 	next.Updated = at.Add(time.Second)
 	x.store(next)
-	assert.Equal(t, before, len(x.s.names.b), "a record listing known coordinates wrote them again")
+	assert.Equal(t, before, len(x.s.coords.b), "a record listing known coordinates wrote them again")
 	assert.Equal(t, next, x.load(next.ImageRef))
 }
 
@@ -96,7 +96,7 @@ func FuzzNameSetTriples(f *testing.F) {
 	f.Add("ns", "regcred", "uid", "ns", "regcred", "uid", uint8(3))
 	f.Add("\x01a", "\x01b", "\x80", "\x01a\x01b", "", "\x80", uint8(200))
 	f.Fuzz(func(t *testing.T, ns1, name1, uid1, ns2, name2, uid2 string, before uint8) {
-		s := newNameSet(maphash.MakeSeed(), 0)
+		s := newCoordSet(maphash.MakeSeed(), 0)
 		for i := range int(before) {
 			s.intern(fmt.Sprint(i), strings.Repeat("x", i), "")
 		}
@@ -111,11 +111,11 @@ func FuzzNameSetTriples(f *testing.F) {
 			ns, name, uid := coordsAt(s.b, c.off)
 			require.Equal(t, []string{c.ns, c.name, c.uid}, []string{string(ns), string(name), string(uid)})
 		}
-		indexed := newNameSet(s.seed, 0)
+		indexed := newCoordSet(s.seed, 0)
 		indexed.index(append([]byte(nil), s.b...))
 		require.Equal(t, o1, indexed.intern(ns1, name1, uid1))
 		require.Equal(t, o2, indexed.intern(ns2, name2, uid2))
-		rebuilt := newNameSet(s.seed, 0)
+		rebuilt := newCoordSet(s.seed, 0)
 		r2 := rebuilt.internEncoded(tripleAt(s.b, o2))
 		r1 := rebuilt.internEncoded(tripleAt(s.b, o1))
 		require.Equal(t, same, r1 == r2)

@@ -146,8 +146,6 @@ func liveNamesBytes(model map[string]*ImageRecord) int {
 // forceRebuild rebuilds x's table as compaction would, now.
 func forceRebuild(x *recordIndex) {
 	s := &x.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	t := s.tab.Load()
 	x.rebuild(s, t, len(t.slots), len(t.gslots), s.live)
 }
@@ -210,7 +208,7 @@ func TestIndexCoordinatesMatchModel(t *testing.T) {
 					what = "storeAll"
 				case k < 17:
 					forceRebuild(x)
-					require.Equal(t, liveNamesBytes(model), len(x.s.names.b), "step %d: the rebuilt names arena holds each listed triple once", step)
+					require.Equal(t, liveNamesBytes(model), len(x.s.coords.b), "step %d: the rebuilt names arena holds each listed triple once", step)
 					what = "rebuild"
 				default:
 					var recs []*ImageRecord
@@ -225,7 +223,7 @@ func TestIndexCoordinatesMatchModel(t *testing.T) {
 			// Writes after the last step find the names already there.
 			forceRebuild(x)
 			checkCoords(t, x, model, refs, repos, pool, "final rebuild")
-			assert.Equal(t, liveNamesBytes(model), len(x.s.names.b))
+			assert.Equal(t, liveNamesBytes(model), len(x.s.coords.b))
 		})
 	}
 }
@@ -249,7 +247,7 @@ func TestIndexInstalledNamesSurviveWritesAndRebuild(t *testing.T) {
 		model[r.ImageRef] = r.clone()
 	}
 	x := installParts(t, rng, recs, 4)
-	require.Greater(t, len(x.s.names.b), liveNamesBytes(model), "the parts' names arenas repeat triples")
+	require.Greater(t, len(x.s.coords.b), liveNamesBytes(model), "the parts' names arenas repeat triples")
 	checkCoords(t, x, model, refs, repos, pool, "installed")
 	for i := range 40 {
 		r := coordsRecord(rng, refs[rng.IntN(len(refs))], repos, pool)
@@ -260,7 +258,7 @@ func TestIndexInstalledNamesSurviveWritesAndRebuild(t *testing.T) {
 		}
 	}
 	forceRebuild(x)
-	assert.Equal(t, liveNamesBytes(model), len(x.s.names.b), "the rebuild folds the repeats")
+	assert.Equal(t, liveNamesBytes(model), len(x.s.coords.b), "the rebuild folds the repeats")
 	checkCoords(t, x, model, refs, repos, pool, "rebuilt")
 }
 
@@ -295,7 +293,7 @@ func TestIndexNamesArenaFullFailsClosed(t *testing.T) {
 		x.store(other)
 		require.False(t, x.full.Load())
 		// Room for more groups, but not for the long coordinates.
-		maxArena = len(x.s.names.b) + 1000
+		maxArena = len(x.s.coords.b) + 1000
 		next := withSecret(benchRef(1), long)
 		require.LessOrEqual(t, x.s.live+x.s.garbage+groupSize(next), maxArena, "the group alone would fit")
 		x.store(next)
@@ -351,6 +349,6 @@ func TestIndexNamesArenaFullFailsClosed(t *testing.T) {
 		}
 		assert.Positive(t, placed)
 		assert.Less(t, placed, len(recs))
-		assert.LessOrEqual(t, len(x.s.names.b), maxArena)
+		assert.LessOrEqual(t, len(x.s.coords.b), maxArena)
 	})
 }
