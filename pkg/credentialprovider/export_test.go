@@ -2,6 +2,8 @@ package credentialprovider
 
 // Test hooks, compiled only into this package's tests.
 
+import "k8s.io/utils/clock"
+
 // WithSweepHook calls hook after every janitor sweep with the number of
 // entries it removed.
 func WithSweepHook(hook func(removed int)) Option {
@@ -20,4 +22,14 @@ func (m *Manager) CacheSize(provider string) (entries, failures int) {
 		}
 	}
 	return -1, -1
+}
+
+// WithTimeoutClock measures plugin timeouts on c instead of real time, so
+// a test fires a timeout when the plugin is ready for it, not when a
+// loaded machine happens to get there.
+func WithTimeoutClock(c clock.Clock) Option {
+	return func(o *options) error {
+		o.timeoutClock = c
+		return nil
+	}
 }

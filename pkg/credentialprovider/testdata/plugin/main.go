@@ -4,7 +4,8 @@
 //
 //	-mode good       answer with credentials derived from the image
 //	-mode slow       like good, after -delay
-//	-mode hang       start a grandchild (its pid in -pidfile), then never answer
+//	-mode hang       start a grandchild (its pid in -pidfile, the plugin's own
+//	                 in -plugin-pidfile, written first), then never answer
 //	-mode crash      write to stderr and exit 3
 //	-mode garbage    print text that is not JSON
 //	-mode huge       print more than any test's stdout limit
@@ -76,6 +77,7 @@ func main() {
 	kind := flag.String("kind", "CredentialProviderResponse", "kind of the response")
 	delay := flag.Duration("delay", 0, "delay before answering")
 	pidfile := flag.String("pidfile", "", "where -mode hang writes its grandchild's pid")
+	pluginPidfile := flag.String("plugin-pidfile", "", "where -mode hang writes its own pid")
 	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
 	flag.Parse()
@@ -125,6 +127,9 @@ func main() {
 		child.Stdout, child.Stderr = os.Stdout, os.Stderr
 		if err := child.Start(); err != nil {
 			fail("start grandchild: %v", err)
+		}
+		if *pluginPidfile != "" {
+			writePid(*pluginPidfile, os.Getpid())
 		}
 		if *pidfile != "" {
 			writePid(*pidfile, child.Process.Pid)
