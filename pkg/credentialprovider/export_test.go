@@ -2,7 +2,11 @@ package credentialprovider
 
 // Test hooks, compiled only into this package's tests.
 
-import "k8s.io/utils/clock"
+import (
+	"slices"
+
+	"k8s.io/utils/clock"
+)
 
 // WithSweepHook calls hook after every janitor sweep with the number of
 // entries it removed.
@@ -32,4 +36,22 @@ func WithTimeoutClock(c clock.Clock) Option {
 		o.timeoutClock = c
 		return nil
 	}
+}
+
+// Callers returns, for each run of the named provider in flight, how many
+// look-ups wait for it, in increasing order.
+func (m *Manager) Callers(provider string) []int {
+	var out []int
+	for _, p := range m.plugins {
+		if p.cfg.Name != provider {
+			continue
+		}
+		p.flightMu.Lock()
+		for _, f := range p.flights {
+			out = append(out, f.refs)
+		}
+		p.flightMu.Unlock()
+	}
+	slices.Sort(out)
+	return out
 }

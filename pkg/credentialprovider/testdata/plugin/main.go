@@ -24,6 +24,10 @@
 // daemon double-forks one (an intermediate in a new session starts it in
 // another new session and exits). Its pid goes to -leave-pidfile.
 //
+// -gate FILE holds a run, after it is recorded, until FILE holds a number
+// at least the run's number (its line in the -record file): a test opens
+// the gate once every look-up it wants coalesced has joined the run.
+//
 // The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
 // username. -record FILE appends one line per run ("<image> token=<yes|no>"), so the
 // tests can count runs. -key-type, -duration, -auth-keys, -api-version and
@@ -41,6 +45,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -80,6 +85,7 @@ func main() {
 	pluginPidfile := flag.String("plugin-pidfile", "", "where -mode hang writes its own pid")
 	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
+	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
 	flag.Parse()
 
 	switch *mode {
@@ -115,6 +121,9 @@ func main() {
 	runs := 0
 	if *record != "" {
 		runs = appendRecord(*record, req)
+	}
+	if *gate != "" {
+		waitForGate(*gate, runs)
 	}
 
 	switch *mode {
@@ -229,6 +238,19 @@ func writePid(path string, pid int) {
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {
 		fail("pidfile: %v", err)
+	}
+}
+
+// waitForGate returns once the file at path holds a number of at least n.
+func waitForGate(path string, n int) {
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			if open, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && open >= n {
+				return
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
