@@ -55,3 +55,7 @@ func (m *Manager) Callers(provider string) []int {
 	slices.Sort(out)
 	return out
 }
+
+// PluginEnv is the environment a plugin is started with, from the
+// inherited variables and the configured ones.
+var PluginEnv = pluginEnv

@@ -14,6 +14,9 @@
 //	                 the password and the annotations as the username
 //	-mode token-as-password  answer with the pod's service account token itself
 //	                 as the password (which the kubelet refuses)
+//	-mode env-names  answer with "env:" and the NAMES, never the values, of
+//	                 the variables listed in -env-names that its environment
+//	                 holds, in the environment's order, as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
 //	-mode tattle     like good, after writing to stderr the token, the value of
 //	                 TESTPLUGIN_SECRET and the password it answers, plain,
@@ -85,6 +88,7 @@ func main() {
 	pluginPidfile := flag.String("plugin-pidfile", "", "where -mode hang writes its own pid")
 	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
+	envNames := flag.String("env-names", "", "comma-separated variable names -mode env-names reports")
 	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
 	flag.Parse()
 
@@ -208,6 +212,8 @@ func main() {
 			}
 		case "token-as-password":
 			a = authConfig{Username: "user", Password: req.ServiceAccountToken}
+		case "env-names":
+			a.Username = os.Getenv("TESTPLUGIN_PREFIX") + "env:" + presentNames(strings.Split(*envNames, ","))
 		}
 		resp.Auth[key] = a
 	}
@@ -239,6 +245,23 @@ func writePid(path string, pid int) {
 	if err := os.Rename(path+".tmp", path); err != nil {
 		fail("pidfile: %v", err)
 	}
+}
+
+// presentNames lists, in the environment's order and comma-separated, the
+// names among wanted that the environment holds (each as often as it
+// appears there). Values are never written.
+func presentNames(wanted []string) string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		for _, w := range wanted {
+			if name == w {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // waitForGate returns once the file at path holds a number of at least n.
