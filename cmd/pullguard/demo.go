@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
@@ -23,7 +22,7 @@ import (
 )
 
 func newDemoCommand() *cobra.Command {
-	var rootDir string
+	var rootDir, output string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the multi-tenant story on an embedded registry and runtime",
@@ -34,11 +33,19 @@ refused by the registry (IfNotPresent) or told the image is not present
 (Never); A's next pod starts with no registry contact; tenant C, with its own
 credentials, is verified by one manifest request; a preloaded image stays free;
 and after a restart the protection still holds. It needs nothing but Go, and
-exits non-zero if any outcome differs from the expected one.`,
+exits non-zero if any outcome differs from the expected one.
+
+Its tables fit the terminal (COLUMNS, else the terminal's width, else 120
+columns): the kubelet's long event messages are cut, and -o wide prints them
+whole.`,
 		Example: `  pullguard demo
+  pullguard demo -o wide                          # the events' messages whole, with their times
   pullguard demo --root-dir /tmp/pullguard-demo   # keep the state to inspect with 'pullguard records'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != formatTable && output != formatWide {
+				return fmt.Errorf("--output must be table or wide, not %q", sanitize(output))
+			}
 			dir := rootDir
 			if dir == "" {
 				tmp, err := os.MkdirTemp("", "pullguard-demo-")
@@ -48,10 +55,11 @@ exits non-zero if any outcome differs from the expected one.`,
 				defer os.RemoveAll(tmp)
 				dir = tmp
 			}
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir, rootDir != "")
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), dir, rootDir != "", output)
 		},
 	}
 	cmd.Flags().StringVar(&rootDir, "root-dir", "", "keep the demo's state here (default: a temporary directory, removed afterwards)")
+	cmd.Flags().StringVarP(&output, "output", "o", formatTable, "output format: table, or wide for the events' whole messages")
 	return cmd
 }
 
@@ -128,7 +136,7 @@ func randomPassword() string {
 	return hex.EncodeToString(b)
 }
 
-func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) error {
+func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, format string) error {
 	pw := map[string]string{"alice": randomPassword(), "carol": randomPassword()}
 	reg, err := registry.New(registry.Config{
 		Users: []registry.User{{Name: "alice", Password: pw["alice"]}, {Name: "carol", Password: pw["carol"]}},
@@ -160,7 +168,7 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) erro
 		return strings.NewReplacer("{{REG}}", reg.Host(), "{{PW_alice}}", pw["alice"], "{{PW_carol}}", pw["carol"]).Replace(s)
 	}
 
-	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice), state in %s\n\n", reg.Host(), rootDir)
+	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice)\nstate in %s\n\n", reg.Host(), rootDir)
 	start := func() (*node.Node, error) {
 		settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 		if err != nil {
@@ -174,18 +182,21 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) erro
 	}
 	defer func() { n.Close() }()
 
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "STEP\tPOD\tPOLICY\tRESULT\tREGISTRY REQUESTS\tWHY\tAS EXPECTED")
+	// Each step's title on a line of its own, its pods below; a long
+	// reason goes on over the next lines rather than being cut.
+	width := fitWidth(out, format)
+	t := &table{cols: []column{{header: "POD", min: 12}, {header: "POLICY", min: 12}, {header: "RESULT", min: 17}, {header: "REGISTRY REQUESTS", min: 18},
+		{header: "WHY", min: 12, first: true, wrap: true}, {header: "AS EXPECTED"}}}
 	failures := 0
 	var events []node.Event
 	for _, step := range demoSteps() {
+		t.addTitle(step.title)
 		if step.restart {
 			events = append(events, n.Events.Events()...)
 			n.Close()
 			if n, err = start(); err != nil {
 				return err
 			}
-			fmt.Fprintf(tw, "%s\t\t\t\t\t\t\n", step.title)
 			continue
 		}
 		m, err := node.Load("demo", []byte(fill(demoSecrets+step.pods)))
@@ -204,16 +215,16 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) erro
 				mark = "NO"
 				failures++
 			}
-			title := step.title
-			if i > 0 {
-				title = ""
-			}
-			fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d manifest, %d blob\t%s\t%s\n", title, p.Namespace, p.Name, r.PullPolicy, outcome(r), man, blob, why(r), mark)
+			t.add(p.Namespace+"/"+p.Name, string(r.PullPolicy), outcome(r), fmt.Sprintf("%d manifest, %d blob", man, blob), why(r), mark)
 		}
 	}
-	tw.Flush()
+	if err := t.write(out, width); err != nil {
+		return err
+	}
 	events = append(events, n.Events.Events()...)
-	writeEvents(out, events)
+	if err := writeEvents(out, events, format == formatWide, width); err != nil {
+		return err
+	}
 	if failures > 0 {
 		return fmt.Errorf("%d outcomes differ from the expected ones: the protection did not hold", failures)
 	}
@@ -221,7 +232,7 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool) erro
 	if kept {
 		fmt.Fprintln(out, "Inspect what the node remembers with: pullguard records --root-dir", rootDir)
 	} else {
-		fmt.Fprintln(out, "Run 'pullguard demo --root-dir DIR' to keep the state and inspect it with 'pullguard records --root-dir DIR'.")
+		fmt.Fprintln(out, "Run 'pullguard demo --root-dir DIR' to keep the state, and 'pullguard records --root-dir DIR'\nto inspect it.")
 	}
 	return nil
 }

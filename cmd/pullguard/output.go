@@ -109,10 +109,7 @@ func writeRun(w io.Writer, format string, doc runOutput) error {
 		return err
 	}
 	wide := format == formatWide
-	width := tableWidth
-	if wide {
-		width = 0
-	}
+	width := fitWidth(w, format)
 	t := &table{cols: []column{{header: "POD", min: 12}, {header: "CONTAINER", min: 9}, {header: "IMAGE", min: 24, first: true}, {header: "RESULT", min: 8}, {header: "WHY", min: 20, cutEnd: true}}}
 	if wide {
 		t.cols = []column{{header: "POD"}, {header: "CONTAINER"}, {header: "INIT"}, {header: "IMAGE"}, {header: "POLICY"}, {header: "RESULT"}, {header: "REGISTRY"}, {header: "WHY"}, {header: "IMAGE REF"}}
@@ -142,22 +139,8 @@ func writeRun(w io.Writer, format string, doc runOutput) error {
 	if err := t.write(w, width); err != nil {
 		return err
 	}
-	if len(doc.Events) > 0 {
-		fmt.Fprintln(w, "\nEVENTS")
-		e := &table{cols: []column{{header: "OBJECT", min: 12}, {header: "TYPE"}, {header: "REASON"}, {header: "MESSAGE", min: 30, cutEnd: true}}}
-		if wide {
-			e.cols = []column{{header: "TIME"}, {header: "OBJECT"}, {header: "FIELD"}, {header: "TYPE"}, {header: "REASON"}, {header: "SOURCE"}, {header: "MESSAGE"}}
-		}
-		for _, ev := range doc.Events {
-			if wide {
-				e.add(ev.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"), ev.Object, orDash(ev.FieldPath), ev.Type, ev.Reason, ev.Source.Component, ev.Message)
-			} else {
-				e.add(ev.Object, ev.Type, ev.Reason, ev.Message)
-			}
-		}
-		if err := e.write(w, width); err != nil {
-			return err
-		}
+	if err := writeEvents(w, doc.Events, wide, width); err != nil {
+		return err
 	}
 	if doc.Interrupted != "" {
 		fmt.Fprintf(w, "\nINTERRUPTED by %s: the containers not listed were not processed.\n", doc.Interrupted)
@@ -218,15 +201,23 @@ func outcome(r node.Result) string {
 	}
 }
 
-// writeEvents prints events as the run table does.
-func writeEvents(w io.Writer, events []node.Event) {
+// writeEvents prints events under an EVENTS heading, in the columns of -o
+// wide or, fitted to width, in the default ones.
+func writeEvents(w io.Writer, events []node.Event, wide bool, width int) error {
 	if len(events) == 0 {
-		return
+		return nil
 	}
 	fmt.Fprintln(w, "\nEVENTS")
-	e := &table{cols: []column{{header: "OBJECT", min: 12}, {header: "TYPE"}, {header: "REASON"}, {header: "MESSAGE", min: 30, cutEnd: true}}}
-	for _, ev := range events {
-		e.add(ev.Object, ev.Type, ev.Reason, ev.Message)
+	e := &table{cols: []column{{header: "OBJECT", min: 12}, {header: "TYPE", min: 7}, {header: "REASON", min: 17}, {header: "MESSAGE", min: 30, cutEnd: true}}}
+	if wide {
+		e.cols = []column{{header: "TIME"}, {header: "OBJECT"}, {header: "FIELD"}, {header: "TYPE"}, {header: "REASON"}, {header: "SOURCE"}, {header: "MESSAGE"}}
 	}
-	_ = e.write(w, 0)
+	for _, ev := range events {
+		if wide {
+			e.add(ev.Time.UTC().Format("2006-01-02T15:04:05.000Z07:00"), ev.Object, orDash(ev.FieldPath), ev.Type, ev.Reason, ev.Source.Component, ev.Message)
+		} else {
+			e.add(ev.Object, ev.Type, ev.Reason, ev.Message)
+		}
+	}
+	return e.write(w, width)
 }

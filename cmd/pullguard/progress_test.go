@@ -135,6 +135,47 @@ func TestTableFitsWidth(t *testing.T) {
 	assert.Contains(t, b.String(), "registry.example.com:5000/team-a/some/deep/repository:v1.2.3", "wide cuts nothing")
 }
 
+func TestWrapText(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		n    int
+		want []string
+	}{
+		{name: "fits", in: "credential match", n: 20, want: []string{"credential match"}},
+		{name: "exactly", in: "credential match", n: 16, want: []string{"credential match"}},
+		{name: "at spaces", in: "refused by the registry (no matching credentials)", n: 20,
+			want: []string{"refused by the", "registry (no", "matching", "credentials)"}},
+		{name: "a word longer than a line", in: "a 0123456789abcdef b", n: 8, want: []string{"a", "01234567", "89abcdef", "b"}},
+		{name: "runes, not bytes", in: "ünïcödé wörds", n: 7, want: []string{"ünïcödé", "wörds"}},
+		{name: "spaces collapse", in: "  two   spaces  ", n: 20, want: []string{"two spaces"}},
+		{name: "empty", in: "", n: 5, want: []string{""}},
+		{name: "width below one", in: "ab", n: 0, want: []string{"a", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, wrapText(tt.in, tt.n))
+		})
+	}
+}
+
+func TestTableTitlesAndWrappedCells(t *testing.T) {
+	tb := &table{cols: []column{{header: "POD", min: 5}, {header: "WHY", min: 10, first: true, wrap: true}, {header: "OK"}}}
+	tb.addTitle("1. a step whose title is longer than the table is wide")
+	tb.add("team-a/app", "refused by the registry (no matching credentials)", "yes")
+	var b bytes.Buffer
+	require.NoError(t, tb.write(&b, 40))
+	assert.Equal(t, "POD         WHY                      OK\n"+
+		"1. a step whose title is longer than th…\n"+
+		"team-a/app  refused by the registry  yes\n"+
+		"            (no matching\n"+
+		"            credentials)\n", b.String())
+	b.Reset()
+	require.NoError(t, tb.write(&b, 0))
+	assert.Contains(t, b.String(), "1. a step whose title is longer than the table is wide\n", "wide cuts no title")
+	assert.Contains(t, b.String(), "refused by the registry (no matching credentials)  yes", "wide wraps nothing")
+}
+
 func FuzzLoadAccess(f *testing.F) {
 	f.Add("users:\n- {name: alice, password: fuzz-pw-123456}\nrepositories:\n- {name: team-a/*, readers: [alice]}\n")
 	f.Add("users: [{name: alice, pasword: fuzz-pw-123456}]\n")

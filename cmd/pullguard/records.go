@@ -197,10 +197,7 @@ func writeRecords(w io.Writer, format string, doc recordsDoc) error {
 		return err
 	}
 	wide := format == formatWide
-	width := tableWidth
-	if wide {
-		width = 0
-	}
+	width := fitWidth(w, format)
 	st := doc.Status
 	if st.RecoveredAt != nil {
 		fmt.Fprintln(w, sanitize(fmt.Sprintf("WARNING: the record store was unreadable and rebuilt at %s (%s); the old store is kept at %s.", st.RecoveredAt.Format(time.RFC3339), st.RecoveryReason, st.AsidePath)))

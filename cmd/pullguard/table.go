@@ -3,14 +3,37 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/term"
 )
 
-// tableWidth is the width the default tables fit in, as a terminal of 120
-// columns shows them; -o wide does not truncate.
+// tableWidth is the width the default tables fit in when the output is
+// not a terminal (a pipe, a file) and COLUMNS is not set; -o wide does not
+// fit.
 const tableWidth = 120
+
+// fitWidth is the width the tables of format fit in: none for -o wide;
+// otherwise COLUMNS when it holds a positive number (as for ls), else the
+// width of the terminal out is, else tableWidth.
+func fitWidth(out io.Writer, format string) int {
+	if format == formatWide {
+		return 0
+	}
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := out.(*os.File); ok {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+			return w
+		}
+	}
+	return tableWidth
+}
 
 // sanitize makes text from anywhere (a registry's error, a manifest's
 // names) safe to print on one line of a terminal: control characters
@@ -74,22 +97,38 @@ type column struct {
 	min int
 	// first: the column is cut (down to min) before any other.
 	first bool
+	// wrap: a long cell goes on over the next lines, broken at spaces,
+	// instead of being cut.
+	wrap bool
 }
 
-// table is rows of cells printed in aligned columns, two spaces apart.
+// table is rows of cells printed in aligned columns, two spaces apart, and
+// titles on lines of their own between them.
 type table struct {
 	cols []column
-	rows [][]string
+	rows []row
+}
+
+// row is either cells or a title.
+type row struct {
+	cells []string
+	title string
 }
 
 func (t *table) add(cells ...string) {
-	row := make([]string, len(t.cols))
-	for i := range row {
+	r := make([]string, len(t.cols))
+	for i := range r {
 		if i < len(cells) {
-			row[i] = sanitize(cells[i])
+			r[i] = sanitize(cells[i])
 		}
 	}
-	t.rows = append(t.rows, row)
+	t.rows = append(t.rows, row{cells: r})
+}
+
+// addTitle adds a line of its own (a group's heading), cut at the end to
+// the table's width.
+func (t *table) addTitle(title string) {
+	t.rows = append(t.rows, row{title: sanitize(title)})
 }
 
 // write prints the table; with width > 0 the widest columns are cut, down
@@ -99,7 +138,9 @@ func (t *table) write(w io.Writer, width int) error {
 	for i, c := range t.cols {
 		widths[i] = utf8.RuneCountInString(c.header)
 		for _, r := range t.rows {
-			widths[i] = max(widths[i], utf8.RuneCountInString(r[i]))
+			if r.cells != nil {
+				widths[i] = max(widths[i], utf8.RuneCountInString(r.cells[i]))
+			}
 		}
 	}
 	if width > 0 {
@@ -133,15 +174,32 @@ func (t *table) write(w io.Writer, width int) error {
 	}
 	var b strings.Builder
 	line := func(cells []string) {
-		b.Reset()
+		// A wrapped cell makes the row as many lines as it needs; the
+		// other cells are on the first.
+		parts := make([][]string, len(cells))
+		height := 1
 		for i, c := range cells {
-			c = cut(c, widths[i], t.cols[i].cutEnd)
-			b.WriteString(c)
-			if i < len(cells)-1 {
-				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
+			if t.cols[i].wrap {
+				parts[i] = wrapText(c, widths[i])
+			} else {
+				parts[i] = []string{cut(c, widths[i], t.cols[i].cutEnd)}
 			}
+			height = max(height, len(parts[i]))
 		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		for l := range height {
+			b.Reset()
+			for i := range cells {
+				c := ""
+				if l < len(parts[i]) {
+					c = parts[i][l]
+				}
+				b.WriteString(c)
+				if i < len(cells)-1 {
+					b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
+				}
+			}
+			fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+		}
 	}
 	headers := make([]string, len(t.cols))
 	for i, c := range t.cols {
@@ -149,9 +207,47 @@ func (t *table) write(w io.Writer, width int) error {
 	}
 	line(headers)
 	for _, r := range t.rows {
-		line(r)
+		if r.cells == nil {
+			title := r.title
+			if width > 0 {
+				title = cut(title, width, true)
+			}
+			fmt.Fprintln(w, title)
+			continue
+		}
+		line(r.cells)
 	}
 	return nil
+}
+
+// wrapText breaks s into lines of at most n runes, at spaces; a word
+// longer than a line is cut into pieces of n runes.
+func wrapText(s string, n int) []string {
+	n = max(n, 1)
+	var lines []string
+	cur := ""
+	for _, word := range strings.Fields(s) {
+		for utf8.RuneCountInString(word) > n {
+			if cur != "" {
+				lines, cur = append(lines, cur), ""
+			}
+			r := []rune(word)
+			lines, word = append(lines, string(r[:n])), string(r[n:])
+		}
+		switch {
+		case word == "":
+		case cur == "":
+			cur = word
+		case utf8.RuneCountInString(cur)+1+utf8.RuneCountInString(word) <= n:
+			cur += " " + word
+		default:
+			lines, cur = append(lines, cur), word
+		}
+	}
+	if cur != "" || len(lines) == 0 {
+		lines = append(lines, cur)
+	}
+	return lines
 }
 
 // cut shortens s to n runes, marking the cut with "…".

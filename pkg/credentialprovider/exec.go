@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/pullguard/pullguard/internal/reaper"
 )
 
@@ -170,7 +172,7 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	default:
 	}
 	if ctxEnded {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return res, &runFailure{kind: KindTimeout, detail: "did not finish in time and was killed", err: context.DeadlineExceeded}
 		}
 		return res, &runFailure{kind: KindCanceled, detail: "run canceled and plugin killed", err: context.Cause(ctx)}
@@ -190,6 +192,23 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 		return res, &runFailure{kind: KindExit, detail: "wait failed", err: waitErr}
 	}
 	return res, nil
+}
+
+// withTimeout is context.WithTimeout measured on c: the returned context
+// ends when d has passed on c, with context.DeadlineExceeded as its cause
+// (ctx.Err() is then context.Canceled; run reads the cause).
+func withTimeout(ctx context.Context, c clock.Clock, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	timer := c.NewTimer(d)
+	go func() {
+		defer timer.Stop()
+		select {
+		case <-timer.C():
+			cancel(context.DeadlineExceeded)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
 }
 
 // limitedBuffer keeps up to max bytes.

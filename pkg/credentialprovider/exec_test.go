@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
 )
@@ -26,6 +27,30 @@ func processGone(pid int) bool {
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+}
+
+// eventBound bounds the wait for an event a test waits for (a plugin
+// writing its pid, a process dying); it is not a margin the event must
+// beat: an event that takes longer is a failure on any machine.
+const eventBound = 30 * time.Second
+
+// waitForFile waits until path exists.
+func waitForFile(t *testing.T, path string) {
+	t.Helper()
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, eventBound, 10*time.Millisecond,
+		"%s was not written", path)
+}
+
+// waitForResult receives a look-up's error.
+func waitForResult(t *testing.T, done <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(eventBound):
+		require.FailNow(t, "the look-up did not return")
+		return nil
+	}
 }
 
 func readPid(t *testing.T, path string) int {
@@ -47,13 +72,8 @@ func TestPluginFailures(t *testing.T) {
 		wantErr   string
 	}{
 		{
-			name:      "hanging plugin is killed at its timeout",
-			args:      []string{"-mode", "hang"},
-			opts:      []cp.Option{cp.WithProviderTimeout("p", 300*time.Millisecond)},
-			wantErrIs: cp.ErrPluginTimeout, wantKind: cp.KindTimeout,
-			wantErr: "did not finish within 300ms and was killed",
-		},
-		{
+			// On the real clock: the plugin never answers, so the timeout
+			// is the only way out however slow the machine is.
 			name:      "slow plugin past the global timeout",
 			args:      []string{"-mode", "slow", "-delay", "1m"},
 			opts:      []cp.Option{cp.WithTimeout(200 * time.Millisecond)},
@@ -121,13 +141,46 @@ func TestPluginFailures(t *testing.T) {
 			assert.Contains(t, err.Error(), tt.wantErr)
 			assert.Contains(t, err.Error(), `plugin "p" for image "registry.example/app"`)
 			assert.NotContains(t, err.Error(), "pass:", "the error quotes the plugin's output")
-			if tt.wantKind == cp.KindTimeout && strings.Contains(tt.name, "hanging") {
-				pid := readPid(t, pidfile)
-				assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
-					"the plugin's grandchild %d outlived the timeout", pid)
-			}
 		})
 	}
+}
+
+// TestHangingPluginIsKilledAtItsTimeout: a plugin that never answers is
+// killed, with the process it started, when its timeout passes. The
+// timeout is measured on a fake clock stepped once the plugin has started
+// its grandchild, so a loaded machine cannot make the timeout fire first.
+func TestHangingPluginIsKilledAtItsTimeout(t *testing.T) {
+	e := newEnv(t)
+	dir := t.TempDir()
+	pidfile, pluginPidfile := filepath.Join(dir, "grandchild.pid"), filepath.Join(dir, "plugin.pid")
+	timeouts := clocktesting.NewFakeClock(e.clock.Now())
+	m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute,
+		"-mode", "hang", "-pidfile", pidfile, "-plugin-pidfile", pluginPidfile)},
+		cp.WithProviderTimeout("p", 300*time.Millisecond), cp.WithTimeoutClock(timeouts))
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+		done <- err
+	}()
+	waitForFile(t, pidfile)
+	grandchild, plugin := readPid(t, pidfile), readPid(t, pluginPidfile)
+	require.True(t, timeouts.HasWaiters(), "the run's timeout is set")
+	timeouts.Step(299 * time.Millisecond)
+	assert.True(t, timeouts.HasWaiters(), "the timeout does not fire before 300ms")
+
+	timeouts.Step(time.Millisecond)
+	err := waitForResult(t, done)
+
+	assert.ErrorIs(t, err, cp.ErrPluginTimeout)
+	var pe *cp.PluginError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, cp.KindTimeout, pe.Kind)
+	assert.Contains(t, err.Error(), `plugin "p" for image "registry.example/app"`)
+	assert.Contains(t, err.Error(), "did not finish within 300ms and was killed")
+	// The run returns once the reaper has killed and reaped everything
+	// below it.
+	assert.True(t, processGone(plugin), "the plugin %d outlived its timeout", plugin)
+	assert.True(t, processGone(grandchild), "the plugin's grandchild %d outlived the timeout", grandchild)
 }
 
 func TestCancelKillsPluginAndGrandchild(t *testing.T) {
@@ -140,12 +193,12 @@ func TestCancelKillsPluginAndGrandchild(t *testing.T) {
 		_, err := m.ForPod(cp.PodInfo{}).Lookup(ctx, "registry.example/app")
 		done <- err
 	}()
-	require.Eventually(t, func() bool { _, err := os.Stat(pidfile); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	waitForFile(t, pidfile)
 	pid := readPid(t, pidfile)
 	cancel()
-	err := <-done
+	err := waitForResult(t, done)
 	assert.ErrorIs(t, err, context.Canceled)
-	assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
+	assert.Eventually(t, func() bool { return processGone(pid) }, eventBound, 10*time.Millisecond,
 		"the plugin's grandchild %d outlived the cancellation", pid)
 }
 
@@ -158,10 +211,10 @@ func TestCloseKillsRunningPlugin(t *testing.T) {
 		_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
 		done <- err
 	}()
-	require.Eventually(t, func() bool { _, err := os.Stat(pidfile); return err == nil }, 10*time.Second, 10*time.Millisecond)
+	waitForFile(t, pidfile)
 	pid := readPid(t, pidfile)
 	m.Close()
-	err := <-done
+	err := waitForResult(t, done)
 	assert.ErrorIs(t, err, cp.ErrPluginCanceled)
-	assert.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond)
+	assert.Eventually(t, func() bool { return processGone(pid) }, eventBound, 10*time.Millisecond)
 }

@@ -70,8 +70,9 @@ func (p *plugin) doOnce(ctx context.Context, key string, fn func(context.Context
 		p.flights[key] = f
 	}
 	f.refs++
-	p.flightMu.Unlock()
-
+	// Joined under the lock that counted it: a caller in refs is one the
+	// flight's run answers, never one that, coming a moment late, starts
+	// another run on f's context (DoChan only starts fn in a goroutine).
 	ch := p.group.DoChan(key, func() (any, error) {
 		defer func() {
 			p.flightMu.Lock()
@@ -82,6 +83,7 @@ func (p *plugin) doOnce(ctx context.Context, key string, fn func(context.Context
 		}()
 		return fn(f.ctx)
 	})
+	p.flightMu.Unlock()
 	select {
 	case r := <-ch:
 		p.release(key, f)

@@ -65,6 +65,7 @@ type Manager struct {
 	plugins     []*plugin
 	hasher      *credential.Hasher
 	clock       clock.WithTicker
+	timeouts    clock.Clock
 	tokens      ServiceAccountTokenSource
 	logger      klog.Logger
 	environ     func() []string
@@ -123,6 +124,7 @@ func NewManager(cfg *Config, binDir string, hasher *credential.Hasher, opts ...O
 	m := &Manager{
 		hasher:      hasher,
 		clock:       o.clock,
+		timeouts:    o.timeoutClock,
 		tokens:      o.tokens,
 		logger:      o.logger,
 		environ:     o.environ,

@@ -33,6 +33,7 @@ type Option func(*options) error
 
 type options struct {
 	clock            clock.WithTicker
+	timeoutClock     clock.Clock // measures plugin timeouts; only tests change it
 	timeout          time.Duration
 	providerTimeouts map[string]time.Duration
 	gates            featuregates.Gates
@@ -49,6 +50,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		clock:           clock.RealClock{},
+		timeoutClock:    clock.RealClock{},
 		timeout:         DefaultTimeout,
 		gates:           featuregates.Defaults(),
 		stdoutMax:       DefaultStdoutLimit,

@@ -135,28 +135,3 @@ func testGates(t *testing.T) featuregates.Gates {
 	g.ServiceAccountTokenForCredentialProviders = true
 	return g
 }
-
-// TestWithEnvironEmpty: WithEnviron returning no variables gives the
-// plugin no inherited environment, not the whole process environment.
-func TestWithEnvironEmpty(t *testing.T) {
-	t.Setenv("TESTPLUGIN_PREFIX", "leaked-")
-	tests := []struct {
-		name     string
-		environ  func() []string
-		wantUser string
-	}{
-		{name: "none", environ: func() []string { return nil }, wantUser: "user:registry.example"},
-		{name: "given", environ: func() []string { return []string{"TESTPLUGIN_PREFIX=given-"} }, wantUser: "given-user:registry.example"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := newEnv(t)
-			p := e.provider("good", []string{"registry.example"}, time.Hour, "-auth-keys", "{registry}")
-			m := e.manager(t, []cp.Provider{p}, cp.WithEnviron(tt.environ))
-			got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
-			require.NoError(t, err)
-			require.Len(t, got, 1)
-			assert.Equal(t, tt.wantUser, got[0].Auth.Username)
-		})
-	}
-}

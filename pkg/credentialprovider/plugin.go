@@ -175,7 +175,7 @@ func (p *plugin) exec(ctx context.Context, image, token string, annotations map[
 	if err != nil {
 		return nil, fail(KindEncodeRequest, 0, "cannot encode the request", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	ctx, cancel := withTimeout(ctx, p.m.timeouts, p.timeout)
 	defer cancel()
 
 	start := time.Now()

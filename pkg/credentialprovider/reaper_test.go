@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
 )
@@ -25,11 +26,12 @@ func TestPluginsLeaveNothingBehind(t *testing.T) {
 		name    string
 		args    []string
 		opts    []cp.Option
+		timeout bool  // the run's timeout fires once the process is left
 		wantErr error // nil: the run succeeds
 	}{
 		{name: "success", args: []string{"-mode", "good"}},
 		{name: "failure", args: []string{"-mode", "crash"}, wantErr: cp.ErrPluginExit},
-		{name: "timeout", args: []string{"-mode", "slow", "-delay", "1h"}, opts: []cp.Option{cp.WithProviderTimeout("p", 500*time.Millisecond)}, wantErr: cp.ErrPluginTimeout},
+		{name: "timeout", args: []string{"-mode", "slow", "-delay", "1h"}, timeout: true, wantErr: cp.ErrPluginTimeout},
 		{name: "output too large", args: []string{"-mode", "huge"}, opts: []cp.Option{cp.WithOutputLimits(64<<10, 64<<10)}, wantErr: cp.ErrOutputTooLarge},
 	}
 	for _, leave := range []string{"setsid", "daemon"} {
@@ -38,9 +40,22 @@ func TestPluginsLeaveNothingBehind(t *testing.T) {
 				e := newEnv(t)
 				pidfile := filepath.Join(t.TempDir(), "left.pid")
 				args := append([]string{"-leave", leave, "-leave-pidfile", pidfile}, tt.args...)
-				m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, args...)}, tt.opts...)
+				// Timeouts are measured on a fake clock, stepped only once
+				// the plugin has left its process behind.
+				timeouts := clocktesting.NewFakeClock(e.clock.Now())
+				opts := append([]cp.Option{cp.WithProviderTimeout("p", 500*time.Millisecond), cp.WithTimeoutClock(timeouts)}, tt.opts...)
+				m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, args...)}, opts...)
 
-				_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+				done := make(chan error, 1)
+				go func() {
+					_, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app")
+					done <- err
+				}()
+				if tt.timeout {
+					waitForFile(t, pidfile)
+					timeouts.Step(500 * time.Millisecond)
+				}
+				err := waitForResult(t, done)
 
 				if tt.wantErr != nil {
 					require.ErrorIs(t, err, tt.wantErr)

@@ -4,7 +4,8 @@
 //
 //	-mode good       answer with credentials derived from the image
 //	-mode slow       like good, after -delay
-//	-mode hang       start a grandchild (its pid in -pidfile), then never answer
+//	-mode hang       start a grandchild (its pid in -pidfile, the plugin's own
+//	                 in -plugin-pidfile, written first), then never answer
 //	-mode crash      write to stderr and exit 3
 //	-mode garbage    print text that is not JSON
 //	-mode huge       print more than any test's stdout limit
@@ -13,6 +14,9 @@
 //	                 the password and the annotations as the username
 //	-mode token-as-password  answer with the pod's service account token itself
 //	                 as the password (which the kubelet refuses)
+//	-mode env-names  answer with "env:" and the NAMES, never the values, of
+//	                 the variables listed in -env-names that its environment
+//	                 holds, in the environment's order, as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
 //	-mode tattle     like good, after writing to stderr the token, the value of
 //	                 TESTPLUGIN_SECRET and the password it answers, plain,
@@ -22,6 +26,10 @@
 // session (out of the plugin's process group) that sleeps forever; -leave
 // daemon double-forks one (an intermediate in a new session starts it in
 // another new session and exits). Its pid goes to -leave-pidfile.
+//
+// -gate FILE holds a run, after it is recorded, until FILE holds a number
+// at least the run's number (its line in the -record file): a test opens
+// the gate once every look-up it wants coalesced has joined the run.
 //
 // The environment variable TESTPLUGIN_PREFIX, when set, prefixes every
 // username. -record FILE appends one line per run ("<image> token=<yes|no>"), so the
@@ -40,6 +48,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -76,8 +85,11 @@ func main() {
 	kind := flag.String("kind", "CredentialProviderResponse", "kind of the response")
 	delay := flag.Duration("delay", 0, "delay before answering")
 	pidfile := flag.String("pidfile", "", "where -mode hang writes its grandchild's pid")
+	pluginPidfile := flag.String("plugin-pidfile", "", "where -mode hang writes its own pid")
 	leave := flag.String("leave", "", "setsid or daemon: leave a process behind")
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
+	envNames := flag.String("env-names", "", "comma-separated variable names -mode env-names reports")
+	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
 	flag.Parse()
 
 	switch *mode {
@@ -114,6 +126,9 @@ func main() {
 	if *record != "" {
 		runs = appendRecord(*record, req)
 	}
+	if *gate != "" {
+		waitForGate(*gate, runs)
+	}
 
 	switch *mode {
 	case "hang":
@@ -125,6 +140,9 @@ func main() {
 		child.Stdout, child.Stderr = os.Stdout, os.Stderr
 		if err := child.Start(); err != nil {
 			fail("start grandchild: %v", err)
+		}
+		if *pluginPidfile != "" {
+			writePid(*pluginPidfile, os.Getpid())
 		}
 		if *pidfile != "" {
 			writePid(*pidfile, child.Process.Pid)
@@ -194,6 +212,8 @@ func main() {
 			}
 		case "token-as-password":
 			a = authConfig{Username: "user", Password: req.ServiceAccountToken}
+		case "env-names":
+			a.Username = os.Getenv("TESTPLUGIN_PREFIX") + "env:" + presentNames(strings.Split(*envNames, ","))
 		}
 		resp.Auth[key] = a
 	}
@@ -224,6 +244,36 @@ func writePid(path string, pid int) {
 	}
 	if err := os.Rename(path+".tmp", path); err != nil {
 		fail("pidfile: %v", err)
+	}
+}
+
+// presentNames lists, in the environment's order and comma-separated, the
+// names among wanted that the environment holds (each as often as it
+// appears there). Values are never written.
+func presentNames(wanted []string) string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		for _, w := range wanted {
+			if name == w {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// waitForGate returns once the file at path holds a number of at least n.
+func waitForGate(path string, n int) {
+	for {
+		data, err := os.ReadFile(path)
+		if err == nil {
+			if open, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && open >= n {
+				return
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
