@@ -370,7 +370,8 @@ func (t *tracker) RecordImagePullFailed(image string) error {
 
 // pinIntent counts one more pull of key in flight that never ends (until
 // a restart resolves its intent from disk): the intent stays on disk, and
-// names of the repository without a record need verification.
+// this image, and digests of its repository, need verification while
+// no record names them.
 func (t *tracker) pinIntent(key, repo string) {
 	t.intentMu.Lock()
 	defer t.intentMu.Unlock()

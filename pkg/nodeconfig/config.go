@@ -106,57 +106,37 @@ func LoadKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []stri
 
 // loadKubeletConfig also returns the top-level fields the file sets.
 func loadKubeletConfig(path string) (cfg *kubeletconfig.KubeletConfiguration, keys, warnings []string, err error) {
-	cfg, keys, err = decodeKubeletConfig(path)
-	var strict *strictDecodingError
-	if errors.As(err, &strict) {
-		warnings = append(warnings, fmt.Sprintf("%s: read leniently, as the kubelet reads it: %v", path, strict.err))
-		err = nil
-	}
-	return cfg, keys, warnings, err
-}
-
-// strictDecodingError is a file that decodes only leniently; cfg holds
-// what lenient decoding made of it.
-type strictDecodingError struct{ err error }
-
-func (e *strictDecodingError) Error() string { return e.err.Error() }
-
-func decodeKubeletConfig(path string) (*kubeletconfig.KubeletConfiguration, []string, error) {
 	data, err := readFile(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
+		return nil, nil, nil, fmt.Errorf("failed to read kubelet configuration: %w", err)
 	}
 	var top map[string]any
 	if err := yaml.Unmarshal(data, &top); err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: not YAML or JSON: %v", ErrInvalidConfig, path, err)
+		return nil, nil, nil, fmt.Errorf("%w: %s: not YAML or JSON: %v", ErrInvalidConfig, path, err)
 	}
 	want := kubeletconfig.SchemeGroupVersion.String()
 	if av, kind := top["apiVersion"], top["kind"]; av != want || kind != "KubeletConfiguration" {
-		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration (apiVersion %v, kind %v; want apiVersion %s, kind KubeletConfiguration)",
+		return nil, nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration (apiVersion %v, kind %v; want apiVersion %s, kind KubeletConfiguration)",
 			ErrInvalidConfig, path, quoteAny(av), quoteAny(kind), want)
 	}
-	keys := make([]string, 0, len(top))
+	keys = make([]string, 0, len(top))
 	for k := range top {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	obj, _, err := kubeletCodecs.UniversalDeserializer().Decode(data, nil, nil)
-	var strictErr error
 	if runtime.IsStrictDecodingError(err) {
-		strictErr = err
+		warnings = append(warnings, fmt.Sprintf("%s: read leniently, as the kubelet reads it: %v", path, err))
 		obj, _, err = lenientCodecs.UniversalDeserializer().Decode(data, nil, nil)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, path, err)
+		return nil, nil, nil, fmt.Errorf("%w: %s: %v", ErrInvalidConfig, path, err)
 	}
 	cfg, ok := obj.(*kubeletconfig.KubeletConfiguration)
 	if !ok {
-		return nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration", ErrInvalidConfig, path)
+		return nil, nil, nil, fmt.Errorf("%w: %s: not a KubeletConfiguration", ErrInvalidConfig, path)
 	}
-	if strictErr != nil {
-		return cfg, keys, &strictDecodingError{err: strictErr}
-	}
-	return cfg, keys, nil
+	return cfg, keys, warnings, nil
 }
 
 func quoteAny(v any) string {
