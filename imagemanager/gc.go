@@ -6,13 +6,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/pullguard/pullguard/credtracker"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
-
-// Inventory adapts a CRI image service to the tracker's ImageInventory;
-// it is pgruntime.Inventory.
-func Inventory(images ImageService) credtracker.ImageInventory { return pgruntime.Inventory(images) }
 
 // RemoveImage removes an image from the runtime (image garbage collection)
 // and then prunes the tracker's records of images no longer present.
@@ -30,7 +25,7 @@ func (m *Manager) RemoveImage(ctx context.Context, imageRef string) error {
 // taken are kept.
 func (m *Manager) PruneRecords(ctx context.Context) (int, error) {
 	listedAt := m.clock.Now()
-	imgs, err := Inventory(m.images).ListImages(ctx)
+	imgs, err := guardedpull.Inventory(m.images).ListImages(ctx)
 	if err != nil {
 		return 0, err
 	}

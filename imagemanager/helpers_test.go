@@ -17,6 +17,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
 	"github.com/pullguard/pullguard/internal/pulltest"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 const (
@@ -48,7 +49,7 @@ func newEnv(t *testing.T, gateOn bool, opts ...imagemanager.Option) *env {
 	e.rt.serve(privImage, refPriv, "alice", "carol")
 	e.rt.serve(pubImage, refPub)
 	if gateOn {
-		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, imagemanager.Inventory(e.rt), credtracker.WithClock(e.clock))
+		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(e.rt), credtracker.WithClock(e.clock))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tr.Close() })
 		e.tr = tr

@@ -121,7 +121,7 @@ func TestRegistryThatOnlyClaimsADigest(t *testing.T) {
 				rt := &headTrustingRuntime{images: map[string]*runtimeapi.Image{}}
 				rt.images[pushed.Reference] = &runtimeapi.Image{Id: pushed.ConfigDigest, RepoTags: []string{pushed.Reference}, RepoDigests: []string{pushed.DigestReference}}
 				dir := t.TempDir()
-				tr, err := credtracker.New(ctx, credtracker.Config{Dir: dir}, imagemanager.Inventory(rt))
+				tr, err := credtracker.New(ctx, credtracker.Config{Dir: dir}, guardedpull.Inventory(rt))
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = tr.Close() })
 				opts := []imagemanager.Option{imagemanager.WithLogger(ktesting.NewLogger(t, ktesting.NewConfig()))}
@@ -163,7 +163,7 @@ func TestRegistryThatOnlyClaimsADigest(t *testing.T) {
 
 				// After a restart the name still requires verification.
 				require.NoError(t, tr.Close())
-				tr, err = credtracker.New(ctx, credtracker.Config{Dir: dir}, imagemanager.Inventory(rt))
+				tr, err = credtracker.New(ctx, credtracker.Config{Dir: dir}, guardedpull.Inventory(rt))
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = tr.Close() })
 				d := tr.Decide(credtracker.Request{Image: evil, PullPolicy: corev1.PullNever, ImageRef: pushed.ConfigDigest, Names: []string{evil}})

@@ -13,8 +13,9 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
-	"github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // TestMultiTenantStory runs the design's story on the embedded registry
@@ -37,10 +38,10 @@ func TestMultiTenantStory(t *testing.T) {
 	require.NoError(t, err)
 	image := pushed.Reference
 
-	rt, err := runtime.NewEmbedded(t.TempDir())
+	rt, err := criruntime.NewEmbedded(t.TempDir())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rt.Close(ctx) })
-	tr, err := credtracker.New(ctx, credtracker.Config{Dir: t.TempDir()}, imagemanager.Inventory(rt))
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(rt))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	e := &env{t: t, tr: tr, rec: record.NewFakeRecorder(1000)}

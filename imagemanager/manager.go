@@ -17,10 +17,10 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/imageref"
 	"github.com/pullguard/pullguard/pkg/keyring"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // ImageService is the CRI image service the manager pulls through: a real
@@ -194,7 +194,7 @@ func (m *Manager) EnsureImageExists(ctx context.Context, req Request) (Result, e
 		return Result{Message: msg}, ErrImageInspect
 	}
 	ref := status.GetImage().GetId()
-	names := pgruntime.ImageNames(status.GetImage())
+	names := criruntime.ImageNames(status.GetImage())
 
 	c := &podCredentials{m: m, ctx: ctx, req: req, image: image}
 	d := m.tracker.Decide(credtracker.Request{Image: image, PullPolicy: req.PullPolicy, ImageRef: ref, Names: names, Credentials: c.get})

@@ -12,8 +12,9 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
-	"github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // BenchmarkRegistryTraffic starts 120 pods of 4 tenants (one of them
@@ -45,8 +46,8 @@ func BenchmarkRegistryTraffic(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				dir := b.TempDir()
-				rt, _ := runtime.NewEmbedded(dir + "/rt")
-				tr, err := credtracker.New(ctx, credtracker.Config{Dir: dir + "/ct"}, imagemanager.Inventory(rt), credtracker.WithLogger(klog.Background().V(10)))
+				rt, _ := criruntime.NewEmbedded(dir + "/rt")
+				tr, err := credtracker.New(ctx, credtracker.Config{Dir: dir + "/ct"}, guardedpull.Inventory(rt), credtracker.WithLogger(klog.Background().V(10)))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -15,10 +15,10 @@ import (
 	"golang.org/x/crypto/bcrypt"
 	"k8s.io/klog/v2"
 
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 	"github.com/pullguard/pullguard/pkg/registry"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 func newDemoCommand() *cobra.Command {
@@ -169,12 +169,12 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 	}
 
 	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice)\nstate in %s\n\n", reg.Host(), rootDir)
-	start := func() (*node.Node, error) {
+	start := func() (*podworkers.Node, error) {
 		settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 		if err != nil {
 			return nil, err
 		}
-		return node.Start(ctx, node.Config{RootDir: rootDir, Settings: settings, Logger: klog.Background()})
+		return podworkers.Start(ctx, podworkers.Config{RootDir: rootDir, Settings: settings, Logger: klog.Background()})
 	}
 	n, err := start()
 	if err != nil {
@@ -188,7 +188,7 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 	t := &table{cols: []column{{header: "POD", min: 12}, {header: "POLICY", min: 12}, {header: "RESULT", min: 17}, {header: "REGISTRY REQUESTS", min: 18},
 		{header: "WHY", min: 12, first: true, wrap: true}, {header: "AS EXPECTED"}}}
 	failures := 0
-	var events []node.Event
+	var events []podworkers.Event
 	for _, step := range demoSteps() {
 		t.addTitle(step.title)
 		if step.restart {
@@ -199,13 +199,13 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 			}
 			continue
 		}
-		m, err := node.Load("demo", []byte(fill(demoSecrets+step.pods)))
+		m, err := podworkers.Load("demo", []byte(fill(demoSecrets+step.pods)))
 		if err != nil {
 			return err
 		}
 		for i, p := range m.Pods {
 			reg.Reset()
-			one := &node.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]}
+			one := &podworkers.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]}
 			r := n.Run(ctx, one)[0]
 			man, blob := reg.Count(registry.Filter{Kind: registry.KindManifest}), reg.Count(registry.Filter{Kind: registry.KindBlob})
 			w := step.want[i]
@@ -240,7 +240,7 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 // preload side-loads an image into the embedded runtime under rootDir, as
 // an image baked into a node's disk would be.
 func preload(ctx context.Context, rootDir, ref string, img v1.Image) error {
-	rt, err := pgruntime.NewEmbedded(filepath.Join(rootDir, node.RuntimeDir))
+	rt, err := criruntime.NewEmbedded(filepath.Join(rootDir, podworkers.RuntimeDir))
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // RunAPIVersion versions the -o json and -o yaml document of `pullguard
@@ -35,10 +35,10 @@ func checkFormat(f string) error {
 
 // runOutput is the -o json|yaml document of `pullguard run` (a contract).
 type runOutput struct {
-	APIVersion string         `json:"apiVersion"`
-	Kind       string         `json:"kind"`
-	Results    []resultOutput `json:"results"`
-	Events     []node.Event   `json:"events"`
+	APIVersion string             `json:"apiVersion"`
+	Kind       string             `json:"kind"`
+	Results    []resultOutput     `json:"results"`
+	Events     []podworkers.Event `json:"events"`
 	// Interrupted names the signal that stopped the run ("SIGTERM"); the
 	// results then cover only the containers processed before it.
 	Interrupted string `json:"interrupted,omitempty"`
@@ -66,10 +66,10 @@ type decisionOutput struct {
 	Reason string `json:"reason"`
 }
 
-func newRunOutput(results []node.Result, events []node.Event, interrupted string) runOutput {
+func newRunOutput(results []podworkers.Result, events []podworkers.Event, interrupted string) runOutput {
 	out := runOutput{APIVersion: RunAPIVersion, Kind: "RunResult", Results: []resultOutput{}, Events: events, Interrupted: interrupted}
 	if out.Events == nil {
-		out.Events = []node.Event{}
+		out.Events = []podworkers.Event{}
 	}
 	for _, r := range results {
 		d := decisionOutput{}
@@ -165,23 +165,23 @@ func orDash(s string) string {
 // why explains the decision in words: the tracker's reason, and for a
 // pull of a present image whether the registry verified it, refused it, or
 // could not be reached.
-func why(r node.Result) string {
+func why(r podworkers.Result) string {
 	if r.Decision.Reason == 0 {
 		return "-"
 	}
 	reason := strings.ReplaceAll(r.Decision.Reason.String(), "_", " ")
 	if r.Decision.Reason == credtracker.ReasonAbsent || r.Decision.Reason == credtracker.ReasonAlways || !r.Pulled {
-		if r.Pulled && r.Registry == node.RegistryUnreachable {
+		if r.Pulled && r.Registry == podworkers.RegistryUnreachable {
 			return "registry unreachable (" + reason + ")"
 		}
 		return reason
 	}
 	switch r.Registry {
-	case node.RegistryAccepted:
+	case podworkers.RegistryAccepted:
 		return "verified by the registry (" + reason + ")"
-	case node.RegistryRefused:
+	case podworkers.RegistryRefused:
 		return "refused by the registry (" + reason + ")"
-	case node.RegistryUnreachable:
+	case podworkers.RegistryUnreachable:
 		return "registry unreachable (" + reason + ")"
 	default:
 		return "verification failed (" + reason + ")"
@@ -190,7 +190,7 @@ func why(r node.Result) string {
 
 // outcome is the result column: the kubelet's reason on failure, else
 // whether the image was pulled or used as present.
-func outcome(r node.Result) string {
+func outcome(r podworkers.Result) string {
 	switch {
 	case r.Error != "":
 		return r.Error
@@ -203,7 +203,7 @@ func outcome(r node.Result) string {
 
 // writeEvents prints events under an EVENTS heading, in the columns of -o
 // wide or, fitted to width, in the default ones.
-func writeEvents(w io.Writer, events []node.Event, wide bool, width int) error {
+func writeEvents(w io.Writer, events []podworkers.Event, wide bool, width int) error {
 	if len(events) == 0 {
 		return nil
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pullguard/pullguard/internal/dirlock"
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
@@ -23,10 +23,10 @@ func TestSecondProcessOnARootDirFailsAtOnce(t *testing.T) {
 	root := filepath.Join(w.dir, "state")
 	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", root)
 	require.Equal(t, 0, res.code, res.stderr)
-	ingest := filepath.Join(root, node.RuntimeDir, "content", "ingest", "download-in-flight")
+	ingest := filepath.Join(root, podworkers.RuntimeDir, "content", "ingest", "download-in-flight")
 	require.NoError(t, os.WriteFile(ingest, []byte("partial"), 0o600))
 
-	holder, err := dirlock.Acquire(root, node.LockFile) // this test process is the running pullguard
+	holder, err := dirlock.Acquire(root, podworkers.LockFile) // this test process is the running pullguard
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = holder.Release() })
 	before := dirDigest(t, root)
@@ -55,7 +55,7 @@ func TestUnreadableRuntimeIndexKeepsServing(t *testing.T) {
 	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", root, "-o", "json")
 	require.Equal(t, 0, res.code, res.stderr)
 	first := decodeRun(t, res.stdout)
-	index := filepath.Join(root, node.RuntimeDir, "images.json")
+	index := filepath.Join(root, podworkers.RuntimeDir, "images.json")
 	require.NoError(t, os.WriteFile(index, []byte("{\"apiVersion\":\x00garbage"), 0o600))
 	w.reg.Reset()
 

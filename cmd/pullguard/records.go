@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/imagemanager"
-	"github.com/pullguard/pullguard/pkg/node"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 func newRecordsCommand() *cobra.Command {
@@ -44,7 +44,7 @@ fails while another pullguard holds it.`,
 			if err := checkFormat(output); err != nil {
 				return err
 			}
-			dir := filepath.Join(rootDir, node.TrackerDir)
+			dir := filepath.Join(rootDir, podworkers.TrackerDir)
 			if _, err := os.Stat(filepath.Join(dir, credtracker.StoreFile)); err != nil {
 				return fmt.Errorf("no record store under %s (%v): is --root-dir the directory given to pullguard run? A run with the protection on creates it", rootDir, err)
 			}
@@ -78,12 +78,12 @@ fails while another pullguard holds it.`,
 
 // listRuntime lists the images of the runtime at endpoint.
 func listRuntime(ctx context.Context, endpoint string) ([]credtracker.Image, error) {
-	svc, err := pgruntime.NewRemote(ctx, endpoint, pgruntime.DefaultRemoteTimeout)
+	svc, err := criruntime.NewRemote(ctx, endpoint, criruntime.DefaultRemoteTimeout)
 	if err != nil {
 		return nil, err
 	}
 	defer svc.Close(context.WithoutCancel(ctx))
-	return imagemanager.Inventory(svc).ListImages(ctx)
+	return guardedpull.Inventory(svc).ListImages(ctx)
 }
 
 type recordJSON struct {

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
@@ -46,7 +46,7 @@ type accessRepo struct {
 // (a misspelt "readers" must not leave a repository open or closed by
 // surprise). Errors name the file, never a password.
 func loadAccess(path string) (registry.Config, error) {
-	data, err := node.ReadFileLimited(path, 1<<20)
+	data, err := podworkers.ReadFileLimited(path, 1<<20)
 	if err != nil {
 		return registry.Config{}, err
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"github.com/pullguard/pullguard/pkg/node"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 type runOptions struct {
@@ -95,7 +95,7 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return err
 	}
 	// Every input is read and checked before any state is touched.
-	manifests, err := node.ReadManifests(node.ReadOptions{Recursive: o.recursive, Stdin: stdin}, o.files...)
+	manifests, err := podworkers.ReadManifests(podworkers.ReadOptions{Recursive: o.recursive, Stdin: stdin}, o.files...)
 	if err != nil {
 		return err
 	}
@@ -132,13 +132,13 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 		}
 	}()
 
-	n, err := node.Start(ctx, node.Config{
+	n, err := podworkers.Start(ctx, podworkers.Config{
 		RootDir:                  o.rootDir,
 		RuntimeEndpoint:          endpoint,
 		Settings:                 settings,
 		CredentialProviderConfig: o.providerConfig,
 		CredentialProviderBinDir: o.providerBinDir,
-		ServiceAccounts:          node.NewManifestTokens(manifests),
+		ServiceAccounts:          podworkers.NewManifestTokens(manifests),
 		Logger:                   klog.Background(),
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 	n.Events.Host, _ = os.Hostname()
 	warnUnrecorded(ctx, stderr, n, settings)
 
-	driver := node.NewDriver(&progress{images: n.Images, out: stderr, clock: clock.RealClock{}, every: progressInterval}, n.Events, node.WithConcurrentNamespaces(o.concurrent))
+	driver := podworkers.NewDriver(&progress{images: n.Images, out: stderr, clock: clock.RealClock{}, every: progressInterval}, n.Events, podworkers.WithConcurrentNamespaces(o.concurrent))
 	results := driver.Run(ctx, manifests)
 	cancel()
 	select {
@@ -194,7 +194,7 @@ func (o *runOptions) writeMetrics(stderr io.Writer) error {
 	return nil
 }
 
-func containerCount(m *node.Manifests) int {
+func containerCount(m *podworkers.Manifests) int {
 	n := 0
 	for _, p := range m.Pods {
 		n += len(p.Spec.InitContainers) + len(p.Spec.Containers)
@@ -221,8 +221,8 @@ func checkConfigSize(path string) error {
 		}
 	}
 	for _, f := range files {
-		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && fi.Size() > node.MaxInputBytes {
-			return fmt.Errorf("%w: %s is larger than the limit of %d bytes", node.ErrInputTooLarge, f, node.MaxInputBytes)
+		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && fi.Size() > podworkers.MaxInputBytes {
+			return fmt.Errorf("%w: %s is larger than the limit of %d bytes", podworkers.ErrInputTooLarge, f, podworkers.MaxInputBytes)
 		}
 	}
 	return nil

@@ -23,10 +23,10 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
-	"github.com/pullguard/pullguard/pkg/node"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // EmbeddedEndpoint is the --image-service-endpoint value (as is an empty
@@ -90,7 +90,7 @@ socket removed.`,
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pull is answered from a record only this long after ImageStatus reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
-	f.DurationVar(&o.timeout, "runtime-request-timeout", pgruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
+	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }
 
@@ -103,13 +103,13 @@ type checkedServe struct {
 
 func (o *serveOptions) check() (checkedServe, error) {
 	var c checkedServe
-	ep, err := pgruntime.ParseEndpoint(o.listen)
+	ep, err := criruntime.ParseEndpoint(o.listen)
 	if err != nil {
 		return c, fmt.Errorf("--listen: %w", err)
 	}
 	c.socket = strings.TrimPrefix(ep, "unix://")
 	if !o.embedded() {
-		bep, err := pgruntime.ParseEndpoint(o.backend)
+		bep, err := criruntime.ParseEndpoint(o.backend)
 		if err != nil {
 			return c, fmt.Errorf("--image-service-endpoint: %w", err)
 		}
@@ -249,14 +249,14 @@ func (o *serveOptions) embedded() bool { return o.backend == "" || o.backend == 
 
 func (o *serveOptions) backendName() string {
 	if o.embedded() {
-		return "embedded:" + filepath.Join(o.rootDir, node.RuntimeDir)
+		return "embedded:" + filepath.Join(o.rootDir, podworkers.RuntimeDir)
 	}
 	return o.backend
 }
 
 func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (criproxy.Backend, error) {
 	if o.embedded() {
-		return pgruntime.NewEmbedded(filepath.Join(o.rootDir, node.RuntimeDir), pgruntime.WithLogger(logger))
+		return criruntime.NewEmbedded(filepath.Join(o.rootDir, podworkers.RuntimeDir), criruntime.WithLogger(logger))
 	}
 	return criproxy.DialBackend(ctx, o.backend, o.timeout)
 }
@@ -271,9 +271,9 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 		logger.Info("KubeletEnsureSecretPulledImages is off: serving as a plain pass-through proxy")
 		return credtracker.Disabled(), h, err
 	}
-	inv := pgruntime.Inventory(backend)
+	inv := guardedpull.Inventory(backend)
 	tr, err := credtracker.New(ctx, credtracker.Config{
-		Dir:       filepath.Join(o.rootDir, node.TrackerDir),
+		Dir:       filepath.Join(o.rootDir, podworkers.TrackerDir),
 		Policy:    c.settings.Policy,
 		Allowlist: c.settings.Allowlist,
 	}, inv, credtracker.WithLogger(logger))

@@ -9,9 +9,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/imagemanager"
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // unrecorded returns the runtime's images that have no record at all:
@@ -42,11 +42,11 @@ const unrecordedRemedy = "under the policy NeverVerifyPreloadedImages they count
 // warnUnrecorded warns once, at start-up, when the runtime holds images
 // that the records do not know, under a policy that lets every pod use
 // them: a new root directory over a runtime full of images.
-func warnUnrecorded(ctx context.Context, w io.Writer, n *node.Node, s nodeconfig.Settings) {
+func warnUnrecorded(ctx context.Context, w io.Writer, n *podworkers.Node, s nodeconfig.Settings) {
 	if !s.Gates.EnsureSecretPulledImages || (s.Policy != credtracker.NeverVerifyPreloadedImages && s.Policy != credtracker.NeverVerifyAllowlistedImages && s.Policy != "") {
 		return
 	}
-	images, err := imagemanager.Inventory(n.Runtime).ListImages(ctx)
+	images, err := guardedpull.Inventory(n.Runtime).ListImages(ctx)
 	if err != nil {
 		klog.Background().V(2).Info("Could not list the runtime's images to look for unrecorded ones", "err", err)
 		return

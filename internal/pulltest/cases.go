@@ -16,7 +16,6 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // Class is the kind of outcome a front end's caller sees.
@@ -114,7 +113,7 @@ func Run(t *testing.T, fe FrontEnd) {
 			if tc.Preloaded {
 				rt.preload()
 			}
-			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(rt))
+			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(rt))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tr.Close() })
 			pull := fe(t, Env{Runtime: rt, Tracker: tr, Verifier: registry{lying: tc.Lying}})

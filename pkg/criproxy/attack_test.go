@@ -22,7 +22,8 @@ import (
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 // echoingBackend fails every pull with pullErr, built from the pull's
@@ -69,7 +70,7 @@ func TestFailedPullNeverCarriesTheCredential(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			backend := &echoingBackend{fakeBackend: newFakeBackend(), pullErr: tc.err}
-			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(backend))
+			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(backend))
 			require.NoError(t, err)
 			t.Cleanup(func() { tr.Close() })
 			var logs syncBuffer
@@ -151,9 +152,9 @@ func (c containerdLike) ImageStatus(ctx context.Context, spec *runtimeapi.ImageS
 		if q == idv || (len(strings.TrimPrefix(q, "sha256:")) >= 2 && strings.HasPrefix(hex, strings.TrimPrefix(q, "sha256:"))) {
 			found = img
 		}
-		if n, err := pgruntime.NormalizeImage(q); err == nil {
+		if n, err := criruntime.NormalizeImage(q); err == nil {
 			for _, name := range append(append([]string{}, img.RepoTags...), img.RepoDigests...) {
-				if m, err := pgruntime.NormalizeImage(name); err == nil && m == n {
+				if m, err := criruntime.NormalizeImage(name); err == nil && m == n {
 					found = img
 				}
 			}

@@ -13,7 +13,8 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 // BenchmarkProxy measures what the proxy adds to a call, with the fake
@@ -31,21 +32,21 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	runtime.serve(b)
 	ctx := context.Background()
-	direct, err := pgruntime.NewRemote(ctx, "unix://"+runtime.socket, time.Minute)
+	direct, err := criruntime.NewRemote(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer direct.Close(ctx)
 
 	backend, err := criproxy.DialBackend(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer backend.Close(ctx)
-	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, pgruntime.Inventory(backend))
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, guardedpull.Inventory(backend))
 	require.NoError(b, err)
 	defer tr.Close()
 	srv, err := criproxy.New(backend, tr, tr.Hasher())
 	require.NoError(b, err)
 	proxy := &harness{server: srv, socket: socketDir(b) + "/pg.sock"}
 	proxy.serve(b)
-	client, err := pgruntime.NewRemote(ctx, "unix://"+proxy.socket, time.Minute)
+	client, err := criruntime.NewRemote(ctx, "unix://"+proxy.socket, time.Minute)
 	require.NoError(b, err)
 	defer client.Close(ctx)
 

@@ -11,7 +11,7 @@ import (
 
 // TestDependencies guards the package graph: the proxy is a sibling of the
 // image manager, deciding with the tracker (one copy of the rules), and
-// never imports the image manager, the node, the command or
+// never imports the image manager, the pod workers, the command or
 // k8s.io/kubernetes.
 func TestDependencies(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
@@ -21,7 +21,7 @@ func TestDependencies(t *testing.T) {
 		for _, banned := range []string{
 			"k8s.io/kubernetes",
 			"github.com/pullguard/pullguard/imagemanager",
-			"github.com/pullguard/pullguard/pkg/node",
+			"github.com/pullguard/pullguard/pkg/podworkers",
 			"github.com/pullguard/pullguard/cmd",
 		} {
 			if imp == banned || strings.HasPrefix(imp, banned+"/") {

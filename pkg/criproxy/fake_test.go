@@ -19,7 +19,8 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -57,7 +58,7 @@ func newFakeBackend() *fakeBackend {
 }
 
 func norm(t testing.TB, image string) string {
-	n, err := pgruntime.NormalizeImage(image)
+	n, err := criruntime.NormalizeImage(image)
 	require.NoError(t, err)
 	return n
 }
@@ -109,7 +110,7 @@ func (f *fakeBackend) find(image string) *runtimeapi.Image {
 	if img, ok := f.images[image]; ok {
 		return img
 	}
-	n, err := pgruntime.NormalizeImage(image)
+	n, err := criruntime.NormalizeImage(image)
 	if err != nil {
 		return nil
 	}
@@ -184,7 +185,7 @@ func (f *fakeBackend) store(spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthCon
 	if f.down {
 		return "", unavailable()
 	}
-	n, err := pgruntime.NormalizeImage(spec.GetImage())
+	n, err := criruntime.NormalizeImage(spec.GetImage())
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "bad image %q", spec.GetImage())
 	}
@@ -297,7 +298,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		hasher, err = credential.NewHasher(make([]byte, credential.KeySize))
 		require.NoError(t, err)
 	} else {
-		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: h.dir, Policy: cfg.policy, Allowlist: cfg.allowlist}, pgruntime.Inventory(h.fake))
+		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: h.dir, Policy: cfg.policy, Allowlist: cfg.allowlist}, guardedpull.Inventory(h.fake))
 		require.NoError(t, err)
 		h.tracker, hasher = tr, tr.Hasher()
 	}
@@ -308,7 +309,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	h.server = srv
 	h.socket = filepath.Join(socketDir(t), "pg.sock")
 	h.serve(t)
-	client, err := pgruntime.NewRemote(context.Background(), "unix://"+h.socket, 10*time.Second)
+	client, err := criruntime.NewRemote(context.Background(), "unix://"+h.socket, 10*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close(context.Background()) })
 	h.client = client

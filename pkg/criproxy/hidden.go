@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // DefaultAnswerWindow is how long after ImageStatus reported a present
@@ -99,7 +99,7 @@ func (h *hiddenSet) key(image string) string {
 // hiddenKey normalizes an image name, so that "alpine" and
 // "docker.io/library/alpine:latest" are one image.
 func hiddenKey(image string) string {
-	if n, err := pgruntime.NormalizeImage(image); err == nil {
+	if n, err := criruntime.NormalizeImage(image); err == nil {
 		return n
 	}
 	return image

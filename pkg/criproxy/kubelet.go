@@ -14,7 +14,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/internal/boundedread"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // The kubelet's own record directories under its root directory
@@ -143,7 +143,7 @@ func (r KubeletRecords) Imports(present []credtracker.Image) []credtracker.Impor
 	for _, img := range present {
 		refs[img.Ref] = true
 		for _, n := range img.Names {
-			if norm, err := pgruntime.NormalizeImage(n); err == nil {
+			if norm, err := criruntime.NormalizeImage(n); err == nil {
 				byName[norm] = img.Ref
 			}
 		}
@@ -168,7 +168,7 @@ func (r KubeletRecords) Imports(present []credtracker.Image) []credtracker.Impor
 		}
 	}
 	for _, in := range r.Intents {
-		norm, err := pgruntime.NormalizeImage(in.Image)
+		norm, err := criruntime.NormalizeImage(in.Image)
 		if err != nil {
 			continue
 		}

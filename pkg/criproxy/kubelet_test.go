@@ -16,7 +16,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 var kubeletTypeMeta = func(kind string) metav1.TypeMeta {
@@ -90,7 +90,7 @@ func TestSwitchOver(t *testing.T) {
 			}})
 			imp := h.tracker.(credtracker.Importer)
 			serveRoot := t.TempDir()
-			res, err := criproxy.SwitchOver(context.Background(), imp, pgruntime.Inventory(h.fake), serveRoot, kroot, tc.mode, time.Unix(100, 0), testLogger())
+			res, err := criproxy.SwitchOver(context.Background(), imp, guardedpull.Inventory(h.fake), serveRoot, kroot, tc.mode, time.Unix(100, 0), testLogger())
 			require.NoError(t, err)
 			require.NotNil(t, res)
 			assert.Equal(t, 2, res.Pulled)
@@ -99,7 +99,7 @@ func TestSwitchOver(t *testing.T) {
 				assert.Equal(t, want, h.present(t, image), image)
 			}
 			// Only once per root directory.
-			again, err := criproxy.SwitchOver(context.Background(), imp, pgruntime.Inventory(h.fake), serveRoot, kroot, tc.mode, time.Unix(200, 0), testLogger())
+			again, err := criproxy.SwitchOver(context.Background(), imp, guardedpull.Inventory(h.fake), serveRoot, kroot, tc.mode, time.Unix(200, 0), testLogger())
 			require.NoError(t, err)
 			assert.Nil(t, again)
 		})

@@ -13,9 +13,9 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/keyring"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // PullImage applies the decision to one of a pod's credentials.
@@ -128,7 +128,7 @@ func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runti
 			// Absent, or unknown: the pull decides.
 			return "", false
 		}
-		id, names = resp.GetImage().GetId(), pgruntime.ImageNames(resp.GetImage())
+		id, names = resp.GetImage().GetId(), criruntime.ImageNames(resp.GetImage())
 	}
 	d := s.tracker.Decide(credtracker.Request{
 		Image:       spec.GetImage(),

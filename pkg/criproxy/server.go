@@ -16,7 +16,6 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // Backend is the image service the proxy forwards to: k8s.io/cri-client's
@@ -172,11 +171,7 @@ func (s *Server) maybePrune(imgs []*runtimeapi.Image, listedAt time.Time) {
 	if !s.lastPrune.CompareAndSwap(last, listedAt.UnixNano()) {
 		return // another list is pruning
 	}
-	present := make([]credtracker.Image, 0, len(imgs))
-	for _, img := range imgs {
-		present = append(present, credtracker.Image{Ref: img.GetId(), Names: pgruntime.ImageNames(img)})
-	}
-	if n, err := s.tracker.PruneImages(present, listedAt); err != nil {
+	if n, err := s.tracker.PruneImages(guardedpull.Images(imgs), listedAt); err != nil {
 		s.logger.Error(err, "Failed to prune the records of images that are gone")
 	} else if n > 0 {
 		s.logger.V(2).Info("Pruned the records of images that are gone", "records", n)
@@ -241,7 +236,7 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 // longer present; records written after the list was taken are kept.
 func (s *Server) Prune(ctx context.Context) (int, error) {
 	listedAt := s.clock.Now()
-	imgs, err := pgruntime.Inventory(s.backend).ListImages(ctx)
+	imgs, err := guardedpull.Inventory(s.backend).ListImages(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -22,7 +22,8 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 // rawClient is a plain gRPC client of the proxy, for requests that
@@ -185,10 +186,10 @@ func TestBackendUnavailableAndReconnect(t *testing.T) {
 	require.NoError(t, err)
 	stopRuntime := runtime.serve(t)
 
-	backend, err := pgruntime.NewRemote(context.Background(), "unix://"+runtime.socket, 5*time.Second)
+	backend, err := criruntime.NewRemote(context.Background(), "unix://"+runtime.socket, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { backend.Close(context.Background()) })
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(backend))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(backend))
 	require.NoError(t, err)
 	t.Cleanup(func() { tr.Close() })
 	srv, err := criproxy.New(backend, tr, tr.Hasher())
@@ -219,7 +220,7 @@ func TestBackendUnavailableAndReconnect(t *testing.T) {
 func TestNoCredentialInLogsErrorsOrRecords(t *testing.T) {
 	var logs syncBuffer
 	fake := newFakeBackend()
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, pgruntime.Inventory(fake))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(fake))
 	require.NoError(t, err)
 	t.Cleanup(func() { tr.Close() })
 	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(10), textlogger.Output(&logs)))
@@ -227,7 +228,7 @@ func TestNoCredentialInLogsErrorsOrRecords(t *testing.T) {
 	require.NoError(t, err)
 	h := &harness{fake: fake, tracker: tr, server: srv, socket: socketDir(t) + "/pg.sock"}
 	h.serve(t)
-	h.client, err = pgruntime.NewRemote(context.Background(), "unix://"+h.socket, 5*time.Second)
+	h.client, err = criruntime.NewRemote(context.Background(), "unix://"+h.socket, 5*time.Second)
 	require.NoError(t, err)
 	t.Cleanup(func() { h.client.Close(context.Background()) })
 

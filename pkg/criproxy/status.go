@@ -8,7 +8,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // ImageStatus reports a present image as absent when some pod could not
@@ -36,7 +36,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	if img == nil {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
-	names := pgruntime.ImageNames(img)
+	names := criruntime.ImageNames(img)
 	d := s.tracker.Decide(credtracker.Request{
 		Image:      spec.GetImage(),
 		PullPolicy: corev1.PullIfNotPresent,

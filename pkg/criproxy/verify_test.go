@@ -25,9 +25,9 @@ import (
 	"github.com/pullguard/pullguard/internal/hostile"
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // claimTrustingBackend "pulls" as containerd 1.6 resolves a reference: a
@@ -47,7 +47,7 @@ func (b *claimTrustingBackend) find(image string) *runtimeapi.Image {
 		return img
 	}
 	for _, img := range b.images {
-		for _, n := range pgruntime.ImageNames(img) {
+		for _, n := range criruntime.ImageNames(img) {
 			if n == image {
 				return img
 			}
@@ -158,7 +158,7 @@ func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 // start opens the tracker and the proxy (again, for a restart).
 func (e *verifyEnv) start(t testing.TB) {
 	t.Helper()
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: e.dir}, pgruntime.Inventory(e.backend))
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: e.dir}, guardedpull.Inventory(e.backend))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	opts := []criproxy.Option{criproxy.WithLogger(testLogger())}

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // The categories of a pull's error, for errors.Is.
@@ -42,14 +42,14 @@ func (e *redactedError) Unwrap() []error { return e.classes }
 func (e *redactedError) GRPCStatus() *status.Status { return e.st }
 
 // redacted returns err with every form of every auth's secrets removed
-// from its text (pkg/runtime's RedactAuth): a runtime's error may quote
+// from its text (pkg/criruntime's RedactAuth): a runtime's error may quote
 // what a registry answered, and a registry may echo what it was sent. An
 // error that holds none is returned as it is.
 func redacted(err error, auths []*runtimeapi.AuthConfig) error {
 	msg := err.Error()
 	clean := msg
 	for _, a := range auths {
-		clean = pgruntime.RedactAuth(clean, a)
+		clean = criruntime.RedactAuth(clean, a)
 	}
 	if clean == msg {
 		return err

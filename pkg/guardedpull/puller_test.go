@@ -150,7 +150,7 @@ func TestDependencies(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	require.NoError(t, err)
 	for _, imp := range pkg.Imports {
-		for _, above := range []string{"imagemanager", "pkg/criproxy", "pkg/node", "cmd"} {
+		for _, above := range []string{"imagemanager", "pkg/criproxy", "pkg/podworkers", "cmd"} {
 			assert.False(t, strings.HasPrefix(imp, "github.com/pullguard/pullguard/"+above), "pkg/guardedpull imports %s", imp)
 		}
 		assert.False(t, strings.HasPrefix(imp, "k8s.io/kubernetes"), imp)

@@ -6,7 +6,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // Verifier proves that the registry serves image's manifest to auth ("no
@@ -30,10 +30,10 @@ func (f VerifierFunc) VerifyManifest(ctx context.Context, image string, auth *ru
 var _ Verifier = VerifierFunc(nil)
 
 // RegistryVerifier is the Verifier that asks the registry itself:
-// pkg/runtime's VerifyManifest, with opts (its transport and user agent).
-func RegistryVerifier(opts ...pgruntime.Option) Verifier {
+// pkg/criruntime's VerifyManifest, with opts (its transport and user agent).
+func RegistryVerifier(opts ...criruntime.Option) Verifier {
 	return VerifierFunc(func(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-		return pgruntime.VerifyManifest(ctx, image, auth, expected, opts...)
+		return criruntime.VerifyManifest(ctx, image, auth, expected, opts...)
 	})
 }
 
@@ -47,7 +47,7 @@ func (p *Puller) verify(ctx context.Context, image string, auth *runtimeapi.Auth
 	if p.verifier == nil {
 		return nil
 	}
-	expected, err := pgruntime.ResolvedDigests(image, img)
+	expected, err := criruntime.ResolvedDigests(image, img)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrUnverified, err)
 	}

@@ -20,7 +20,7 @@ func TestDependencies(t *testing.T) {
 			"github.com/pullguard/pullguard/credtracker",
 			"github.com/pullguard/pullguard/imagemanager",
 			"github.com/pullguard/pullguard/pkg/credentialprovider",
-			"github.com/pullguard/pullguard/pkg/node",
+			"github.com/pullguard/pullguard/pkg/podworkers",
 			"github.com/pullguard/pullguard/cmd",
 		} {
 			if imp == banned || strings.HasPrefix(imp, banned+"/") {

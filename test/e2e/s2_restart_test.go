@@ -11,8 +11,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/pkg/node"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // criPull pulls through containerd's CRI directly, as something other than
@@ -22,7 +22,7 @@ func criPull(t *testing.T, image string, who *tenant) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := pgruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
+	rt, err := criruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
 	require.NoError(t, err)
 	defer rt.Close(ctx)
 	var auth *runtimeapi.AuthConfig
@@ -58,7 +58,7 @@ func TestRestartAndInterruptedPull(t *testing.T) {
 	// A pull killed mid-way: the intent is durable, the image landed in
 	// containerd, the record was never written.
 	image2 := push(t, "s2/team-a/tool", "v1", 202)
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: filepath.Join(root, node.TrackerDir)}, nil)
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: filepath.Join(root, podworkers.TrackerDir)}, nil)
 	require.NoError(t, err)
 	require.NoError(t, tr.RecordPullIntent(image2))
 	require.NoError(t, tr.Close()) // the crash

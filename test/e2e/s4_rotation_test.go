@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // records runs `pullguard records -o json` and returns the secrets and
@@ -73,9 +73,9 @@ func TestSecretRotationAndDeletion(t *testing.T) {
 	assert.Equal(t, []string{"team-a/regcred"}, secrets)
 
 	// The Secret is deleted: the caller (a kubelet's informer) tells the tracker.
-	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: filepath.Join(root, node.TrackerDir)}, nil)
+	tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: filepath.Join(root, podworkers.TrackerDir)}, nil)
 	require.NoError(t, err)
-	require.NoError(t, tr.ForgetSecret("team-a", "regcred", string(node.DerivedUID("Secret", "team-a", "regcred"))))
+	require.NoError(t, tr.ForgetSecret("team-a", "regcred", string(podworkers.DerivedUID("Secret", "team-a", "regcred"))))
 	require.NoError(t, tr.Close())
 	secrets, _, _ = records(t, root, "s4/team-a/app")
 	assert.Empty(t, secrets, "the deleted secret's entry is gone")

@@ -10,16 +10,16 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/imagemanager"
-	"github.com/pullguard/pullguard/pkg/node"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // startNode assembles a node in this process on the suite's containerd.
-func startNode(t *testing.T, root string) *node.Node {
+func startNode(t *testing.T, root string) *podworkers.Node {
 	t.Helper()
 	settings, err := nodeconfig.ResolveSettings(nil, nodeconfig.Flags{})
 	require.NoError(t, err)
-	n, err := node.Start(context.Background(), node.Config{RootDir: root, RuntimeEndpoint: h.containerd.endpoint(), Settings: settings, Logger: klog.Background().V(10)})
+	n, err := podworkers.Start(context.Background(), podworkers.Config{RootDir: root, RuntimeEndpoint: h.containerd.endpoint(), Settings: settings, Logger: klog.Background().V(10)})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = n.Close() })
 	return n
@@ -35,12 +35,12 @@ func TestRegistryDown(t *testing.T) {
 	image := push(t, "s6/team-a/app", "v1", 601)
 	ctx := context.Background()
 	n := startNode(t, newRoot(t))
-	m, err := node.Load("s6", []byte(secretYAML("team-a", "regcred", alice)+secretYAML("team-c", "regcred", carol)+
+	m, err := podworkers.Load("s6", []byte(secretYAML("team-a", "regcred", alice)+secretYAML("team-c", "regcred", carol)+
 		podYAML("team-a", "app-1", image, "IfNotPresent", "regcred")+podYAML("team-a", "app-2", image, "IfNotPresent", "regcred")+
 		podYAML("team-c", "app", image, "IfNotPresent", "regcred")))
 	require.NoError(t, err)
-	run := func(i int) node.Result {
-		return n.Run(ctx, &node.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]})[0]
+	run := func(i int) podworkers.Result {
+		return n.Run(ctx, &podworkers.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]})[0]
 	}
 
 	r := run(0)
@@ -56,7 +56,7 @@ func TestRegistryDown(t *testing.T) {
 	before := len(n.Events.Events())
 	r = run(2)
 	assert.Equal(t, imagemanager.ErrImagePull.Error(), r.Error)
-	assert.Equal(t, node.RegistryUnreachable, r.Registry, "a registry that is down is unreachable, not a refusal")
+	assert.Equal(t, podworkers.RegistryUnreachable, r.Registry, "a registry that is down is unreachable, not a refusal")
 	evs := n.Events.Events()[before:]
 	require.NotEmpty(t, evs)
 	last := evs[len(evs)-1]
@@ -72,6 +72,6 @@ func TestRegistryDown(t *testing.T) {
 	require.Len(t, backoff, 1)
 	assert.False(t, backoff[0].Time.IsZero())
 	backoff[0].Time = time.Time{}
-	assert.Equal(t, node.Event{Object: "team-c/app", FieldPath: "spec.containers{app}", Type: "Normal", Reason: "BackOff", Message: `Back-off pulling image "` + image + `"`,
-		Source: node.Source{Component: node.EventSourceComponent}}, backoff[0])
+	assert.Equal(t, podworkers.Event{Object: "team-c/app", FieldPath: "spec.containers{app}", Type: "Normal", Reason: "BackOff", Message: `Back-off pulling image "` + image + `"`,
+		Source: podworkers.Source{Component: podworkers.EventSourceComponent}}, backoff[0])
 }

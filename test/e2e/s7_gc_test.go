@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/pullguard/pullguard/pkg/node"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 // Scenario 7: image garbage collection removes an image from containerd
@@ -21,7 +21,7 @@ func TestImageGarbageCollection(t *testing.T) {
 	keep := push(t, "s7/team-a/keep", "v1", 702)
 	ctx := context.Background()
 	n := startNode(t, newRoot(t))
-	m, err := node.Load("s7", []byte(secretYAML("team-a", "regcred", alice)+podYAML("team-a", "app", image, "IfNotPresent", "regcred")+podYAML("team-a", "keep", keep, "IfNotPresent", "regcred")))
+	m, err := podworkers.Load("s7", []byte(secretYAML("team-a", "regcred", alice)+podYAML("team-a", "app", image, "IfNotPresent", "regcred")+podYAML("team-a", "keep", keep, "IfNotPresent", "regcred")))
 	require.NoError(t, err)
 	results := n.Run(ctx, m)
 	require.Empty(t, results[0].Error, results[0].Message)

@@ -33,8 +33,9 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/criproxy"
+	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
 )
 
 // benchProxy is the proxy in this process, in front of the suite's
@@ -115,12 +116,12 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	backend := &countingBackend{Backend: dialed}
 	// The kubelet's own client: k8s.io/cri-client with its defaults.
-	direct, err := pgruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
+	direct, err := criruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
 	if err != nil {
 		return nil, err
 	}
 	root := filepath.Join(h.dir, "bench-proxy")
-	tr, err := credtracker.New(ctx, credtracker.Config{Dir: filepath.Join(root, "credtracker")}, pgruntime.Inventory(backend))
+	tr, err := credtracker.New(ctx, credtracker.Config{Dir: filepath.Join(root, "credtracker")}, guardedpull.Inventory(backend))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	gs := criproxy.NewGRPCServer(srv, klog.Background()) // the server pullguard serve runs
 	go func() { _ = gs.Serve(l) }()                      // stopped with the process: benchmarks run last
-	proxy, err := pgruntime.NewRemote(ctx, "unix://"+socket, time.Minute)
+	proxy, err := criruntime.NewRemote(ctx, "unix://"+socket, time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +182,7 @@ func BenchmarkServeImageStatusDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0") // the last -v wins: serve's default
-	daemon, err := pgruntime.NewRemote(ctx, d.endpoint(), time.Minute)
+	daemon, err := criruntime.NewRemote(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))
@@ -316,7 +317,7 @@ func BenchmarkServePullDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0")
-	daemon, err := pgruntime.NewRemote(ctx, d.endpoint(), time.Minute)
+	daemon, err := criruntime.NewRemote(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))

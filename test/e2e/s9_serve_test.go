@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	pgruntime "github.com/pullguard/pullguard/pkg/runtime"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // Scenario 9: `pullguard serve` between a CRI client and the real
@@ -110,7 +110,7 @@ func TestServeTenants(t *testing.T) {
 		ref := criImageID(t, private)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		rt, err := pgruntime.NewRemote(ctx, pg, time.Minute)
+		rt, err := criruntime.NewRemote(ctx, pg, time.Minute)
 		require.NoError(t, err)
 		defer rt.Close(ctx)
 		require.NoError(t, rt.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: ref}))
@@ -124,7 +124,7 @@ func criImageID(t *testing.T, image string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rt, err := pgruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
+	rt, err := criruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
 	require.NoError(t, err)
 	defer rt.Close(ctx)
 	st, err := rt.ImageStatus(ctx, &runtimeapi.ImageSpec{Image: image}, false)

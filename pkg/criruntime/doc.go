@@ -1,0 +1,20 @@
+// Package runtime holds the CRI image services pullguard pulls through.
+//
+// Two implementations of k8s.io/cri-api's ImageManagerService are provided:
+//
+//   - NewRemote connects to a real container runtime (containerd, CRI-O) over
+//     its CRI gRPC socket, through k8s.io/cri-client. It adds nothing but
+//     endpoint validation and clear connection errors.
+//   - NewEmbedded is an in-process image service that keeps images under a
+//     state directory and pulls them with go-containerregistry. It behaves like
+//     containerd where pullguard depends on it: a pull always resolves the
+//     reference at the registry with the caller's credentials (so a re-pull of
+//     a present image is one manifest request that the registry may refuse
+//     with 401), blobs already in the content store are never downloaded
+//     again, the image ID is the config digest, and RepoTags / RepoDigests are
+//     normalized the way containerd and the kubelet print them.
+//
+// Nothing in this package logs or returns credential material: registry
+// errors are scrubbed of every field of the AuthConfig before they are
+// returned.
+package criruntime

@@ -1,0 +1,82 @@
+package criruntime
+
+import (
+	"net/http"
+	goruntime "runtime"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// defaultConcurrentDownloads is how many blobs of one pull are fetched at
+// once (containerd's CRI plugin defaults to 3 as well).
+const defaultConcurrentDownloads = 3
+
+type options struct {
+	transport http.RoundTripper
+	logger    klog.Logger
+	clock     clock.PassiveClock
+	platform  v1.Platform
+	downloads int
+	userAgent string
+}
+
+// Option configures an Embedded image service.
+type Option func(*options)
+
+func defaultOptions() options {
+	return options{
+		transport: http.DefaultTransport,
+		logger:    klog.Background(),
+		clock:     clock.RealClock{},
+		platform:  v1.Platform{OS: "linux", Architecture: goruntime.GOARCH},
+		downloads: defaultConcurrentDownloads,
+		userAgent: "pullguard",
+	}
+}
+
+// WithTransport sets the HTTP transport used to reach registries (default
+// http.DefaultTransport). Tests pass their server's transport here.
+func WithTransport(t http.RoundTripper) Option {
+	return func(o *options) {
+		if t != nil {
+			o.transport = t
+		}
+	}
+}
+
+// WithLogger sets the logger (default klog.Background()). Image names and
+// digests are logged; credentials never are.
+func WithLogger(l klog.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// WithClock sets the clock used for ImageFsInfo timestamps (default the
+// real clock).
+func WithClock(c clock.PassiveClock) Option {
+	return func(o *options) {
+		if c != nil {
+			o.clock = c
+		}
+	}
+}
+
+// WithPlatform sets the platform chosen from multi-platform images (default
+// linux and the architecture pullguard runs on). Fields left empty match
+// anything, as in v1.Platform.Satisfies.
+func WithPlatform(p v1.Platform) Option {
+	return func(o *options) { o.platform = p }
+}
+
+// WithConcurrentDownloads sets how many blobs one pull fetches at once
+// (default 3; values below 1 mean 1).
+func WithConcurrentDownloads(n int) Option {
+	return func(o *options) { o.downloads = max(n, 1) }
+}
+
+// WithUserAgent sets the User-Agent sent to registries (default
+// "pullguard").
+func WithUserAgent(ua string) Option {
+	return func(o *options) { o.userAgent = ua }
+}

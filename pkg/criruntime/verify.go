@@ -1,0 +1,89 @@
+package criruntime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// servedManifest GETs the manifest ref names and returns its descriptor,
+// with the digest computed here over the bytes the registry served. A
+// Docker-Content-Digest header is never trusted: go-containerregistry takes
+// it as the digest of a manifest served as signed schema 1, and a registry
+// can claim any digest in it. A digest reference must match the bytes.
+func servedManifest(ctx context.Context, p *remote.Puller, ref name.Reference) (v1.Descriptor, []byte, error) {
+	rd, err := p.Get(ctx, ref)
+	if err != nil {
+		// go-containerregistry checks a digest reference itself, with an
+		// error of no type of its own.
+		if _, byDigest := ref.(name.Digest); byDigest && strings.Contains(err.Error(), "does not match requested digest") {
+			return v1.Descriptor{}, nil, fmt.Errorf("%w: the registry served other bytes for %s", ErrDigestMismatch, ref.Identifier())
+		}
+		return v1.Descriptor{}, nil, err
+	}
+	if len(rd.Manifest) > maxMetadataBlob {
+		return v1.Descriptor{}, nil, fmt.Errorf("%w: manifest is larger than %d bytes", ErrUnsupportedManifest, maxMetadataBlob)
+	}
+	desc := rd.Descriptor
+	desc.Digest = sha256Of(rd.Manifest)
+	desc.Size = int64(len(rd.Manifest))
+	if d, ok := ref.(name.Digest); ok && d.DigestStr() != desc.Digest.String() {
+		return v1.Descriptor{}, nil, fmt.Errorf("%w: the registry served a manifest with digest %s for %s", ErrDigestMismatch, desc.Digest, d.DigestStr())
+	}
+	return desc, rd.Manifest, nil
+}
+
+func sha256Of(b []byte) v1.Hash {
+	sum := sha256.Sum256(b)
+	return v1.Hash{Algorithm: "sha256", Hex: hex.EncodeToString(sum[:])}
+}
+
+// VerifyManifest proves that the registry serves image's manifest to auth:
+// it GETs the manifest the reference names with auth (answering the
+// registry's challenge as a pull does) and hashes the bytes itself. It
+// returns the digest of the bytes served. When expected is not empty, that
+// digest must be one of expected, else the error wraps ErrDigestMismatch;
+// a digest reference must match the bytes in any case. Registry errors are
+// scrubbed of auth's secrets, as a pull's are.
+//
+// A runtime that trusts a registry's Docker-Content-Digest header (a HEAD)
+// records a name for content it already holds without the registry having
+// served a byte; calling VerifyManifest after such a runtime's pull, with
+// the digests the runtime resolved as expected, closes that gap. Only the
+// transport and user agent options are used.
+func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string, opts ...Option) (string, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ref, err := parseReference(image)
+	if err != nil {
+		return "", err
+	}
+	p, err := remote.NewPuller(
+		remote.WithAuth(authenticator(auth)),
+		remote.WithTransport(newChallengeTransport(o.transport, ref.Context().RegistryStr(), auth)),
+		remote.WithUserAgent(o.userAgent),
+	)
+	if err != nil {
+		return "", err
+	}
+	desc, _, err := servedManifest(ctx, p, ref)
+	if err != nil {
+		return "", fmt.Errorf("failed to verify the manifest of %q: %w", canonicalName(ref), registryFailure(err, auth))
+	}
+	got := desc.Digest.String()
+	if len(expected) > 0 && !slices.Contains(expected, got) {
+		return got, fmt.Errorf("%w: the registry served %q a manifest with digest %s, the runtime resolved %v",
+			ErrDigestMismatch, canonicalName(ref), got, expected)
+	}
+	return got, nil
+}
