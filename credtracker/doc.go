@@ -1,7 +1,13 @@
-// Package credtracker remembers which credentials successfully pulled each
-// image, and decides whether a pod may use an image that is already present
-// without proving to the registry that it may read it (KEP-2535,
-// "ensure secret pulled images").
+// Package credtracker holds the credential tracker: which credentials
+// successfully pulled each image, and the decision whether a pod may use an
+// image that is already present without proving to the registry that it may
+// read it (KEP-2535, "ensure secret pulled images").
+//
+// The image manager and the CRI proxy (pkg/criproxy) ask it, the guarded
+// pull (pkg/guardedpull) records in it, pkg/nodeconfig reads its policy and
+// allowlist types, and cmd/pullguard shows its records. It depends on
+// pkg/credential (the keyed hash), pkg/imageref, bbolt and the kubelet's
+// configuration types, and on no other pullguard package.
 //
 // Records are kept per image ref (the runtime's image ID) and per
 // repository name, and hold only keyed hashes of credentials and the

@@ -1,6 +1,13 @@
-// Package imagemanager ensures a container's image is present and that the
-// pod may use it: the kubelet's EnsureImageExists with the
-// KubeletEnsureSecretPulledImages protection.
+// Package imagemanager holds the image manager of `pullguard run`: the
+// kubelet's EnsureImageExists with the KubeletEnsureSecretPulledImages
+// protection, which makes sure a container's image is present and that the
+// pod may use it.
+//
+// pkg/podworkers drives it for every container and cmd/pullguard builds it;
+// it depends on credtracker (the decision), pkg/guardedpull (the pull),
+// pkg/keyring and pkg/credentialprovider (the pod's credentials) and
+// pkg/criruntime (image names). pkg/criproxy, its sibling for `pullguard
+// serve`, never imports it.
 //
 // For each container it asks the runtime whether the image is present,
 // asks the credential tracker what to do (use the present image, pull it,

@@ -1,5 +1,9 @@
-// Package boundedread reads inputs that may be hostile or corrupt without
-// ever holding more than a bound of them in memory.
+// Package boundedread holds the readers for inputs that may be hostile or
+// corrupt (manifests, configuration files, the kubelet's records): they
+// never hold more than a bound of an input in memory.
+//
+// pkg/podworkers, pkg/nodeconfig and pkg/criproxy read their files through
+// it; it depends on the standard library only.
 package boundedread
 
 import (

@@ -1,7 +1,12 @@
-// Package dirlock gives one process at a time a directory: an exclusive,
-// non-blocking flock(2) on a lock file in it, which the kernel releases
-// when the process ends however it ends. The holder writes its process ID
-// into the file, so a second process can say who holds the directory.
+// Package dirlock holds the lock that gives one process at a time a
+// directory: an exclusive, non-blocking flock(2) on a lock file in it, which
+// the kernel releases when the process ends however it ends. The holder
+// writes its process ID into the file, so a second process can say who holds
+// the directory.
+//
+// pkg/podworkers locks a node's root directory with it and pkg/criruntime
+// the embedded runtime's state directory; it depends on the standard library
+// only.
 package dirlock
 
 import (

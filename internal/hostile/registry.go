@@ -1,8 +1,11 @@
-// Package hostile is a lying container registry for tests: it claims, in
+// Package hostile holds a lying container registry for tests: it claims, in
 // Docker-Content-Digest headers, the digest of a manifest it does not have
 // (another tenant's private manifest, whose digest is no secret) and never
 // serves that manifest's bytes. It listens on 127.0.0.1 only and logs every
 // request it answers, so a test can show what a runtime asked.
+//
+// Only tests import it (pkg/criruntime, imagemanager, pkg/criproxy,
+// test/e2e); it depends on the standard library only.
 package hostile
 
 import (

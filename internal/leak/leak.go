@@ -1,9 +1,13 @@
-// Package leak knows the forms a secret takes in text, to keep secrets out
+// Package leak holds the forms a secret takes in text, to keep secrets out
 // of output (Redact) and to prove in tests that none got out (Scan). The
 // forms are the secret itself, JSON-escaped, URL query- and path-escaped,
 // and base64 in the standard and URL alphabets at each of the three
 // alignments a secret can have inside a longer base64 text (as a password
 // inside base64 "user:password", or inside a base64 docker config).
+//
+// pkg/criruntime and pkg/credentialprovider redact with it, and the tests of
+// every package that handles credentials scan with it; it depends on the
+// standard library only.
 package leak
 
 import (

@@ -1,10 +1,13 @@
-// Package safedecode describes why a Kubernetes-style document could not be
-// decoded without quoting the document. apimachinery's errors can print a
-// whole object (a Secret without kind is reported with its JSON, password
-// included) and YAML and JSON errors quote the bytes they stopped at;
-// manifests and configuration files hold credentials, so their errors are
-// built here from what is safe: field paths, line numbers, offsets and
-// type names.
+// Package safedecode holds the errors pullguard gives for a Kubernetes-style
+// document that could not be decoded, built without quoting the document.
+// apimachinery's errors can print a whole object (a Secret without kind is
+// reported with its JSON, password included) and YAML and JSON errors quote
+// the bytes they stopped at; manifests and configuration files hold
+// credentials, so their errors are built here from what is safe: field
+// paths, line numbers, offsets and type names.
+//
+// pkg/podworkers (manifests) and pkg/credentialprovider (its configuration)
+// use it; it depends on apimachinery only.
 package safedecode
 
 import (

@@ -1,5 +1,10 @@
-// Package credentialprovider runs kubelet exec credential provider plugins
-// (KEP-2133) and serves their credentials through the keyring.Keyring seam.
+// Package credentialprovider holds the kubelet's exec credential provider
+// plugins (KEP-2133) as pullguard runs them, and serves their credentials
+// through the keyring.Keyring seam.
+//
+// imagemanager asks it for a pod's credentials, and pkg/podworkers builds it
+// from the kubelet's flags; it depends on pkg/keyring, pkg/credential,
+// featuregates, internal/reaper and the kubelet's credential provider types.
 //
 // LoadConfig reads a kubelet CredentialProviderConfig (apiVersion
 // kubelet.config.k8s.io/v1, v1beta1 or v1alpha1) from a file or from every

@@ -1,4 +1,13 @@
-// Package criproxy is pullguard's CRI image service for a real kubelet.
+// Package criproxy holds `pullguard serve`'s CRI image service: a
+// runtime.v1.ImageService between a real kubelet and its container runtime
+// that applies the credential tracker's rules.
+//
+// cmd/pullguard serves it; it depends on credtracker (the decision),
+// pkg/guardedpull (the pull, and the tracker's view of the backend's
+// images), pkg/criruntime (the backend, image names), pkg/keyring (image
+// name parsing), pkg/credential, cri-api and grpc. It is a sibling of
+// imagemanager and never imports it, nor anything above it
+// (TestDependencies).
 //
 // A Server serves runtime.v1.ImageService and forwards every call to a
 // backend image service (the node's container runtime, through

@@ -1,4 +1,13 @@
-// Package runtime holds the CRI image services pullguard pulls through.
+// Package criruntime holds the CRI image services pullguard pulls through: a
+// real container runtime's, over its CRI socket, and an embedded one.
+//
+// pkg/podworkers and cmd/pullguard open them, pkg/criproxy forwards to one,
+// pkg/guardedpull pulls through them and scrubs their errors (RedactAuth),
+// and imagemanager and pkg/criproxy read image names with ImageNames and
+// NormalizeImage. It depends on cri-api, cri-client, go-containerregistry,
+// internal/dirlock and internal/leak, and on no pullguard package above it
+// (TestDependencies): the tracker's view of a runtime's images,
+// guardedpull.Inventory, lives with its callers.
 //
 // Two implementations of k8s.io/cri-api's ImageManagerService are provided:
 //

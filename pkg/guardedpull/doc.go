@@ -1,7 +1,15 @@
-// Package guardedpull holds the one pull that both of pullguard's front
-// ends (the image manager of `pullguard run` and the CRI proxy of
-// `pullguard serve`) make through a CRI image service, so that the
-// credential tracker learns every pull, whatever its outcome.
+// Package guardedpull holds the one pull that both of pullguard's front ends
+// (the image manager of `pullguard run` and the CRI proxy of `pullguard
+// serve`) make through a CRI image service, so that the credential tracker
+// learns every pull, whatever its outcome, and Inventory, the tracker's view
+// of a CRI image service's images.
+//
+// imagemanager and pkg/criproxy pull through it, and they, pkg/podworkers
+// and cmd/pullguard list a runtime's images for the tracker with Inventory;
+// it depends on credtracker (intents and records), pkg/criruntime
+// (redaction, manifest checks, image names) and pkg/credential. Inventory
+// lives here, not in pkg/criruntime, so that the runtime package does not
+// import the tracker.
 //
 // A Puller's Pull records the pull's intent durably (nothing is pulled if
 // it cannot), asks the runtime to pull with each candidate credential in

@@ -1,8 +1,11 @@
-// Package imageref parses container image references with the grammar the
-// kubelet and containerd use: that of github.com/distribution/reference
-// (ParseNormalizedNamed and ParseDockerRef). It is the one image-name parser
-// of the module: the credential tracker, the keyring, the allowlist and the
-// image manager all call it.
+// Package imageref holds the module's one image-name parser, with the
+// grammar the kubelet and containerd use: that of
+// github.com/distribution/reference (ParseNormalizedNamed and
+// ParseDockerRef).
+//
+// The credential tracker, the allowlist, the keyring and the image manager
+// all call it; it depends on distribution/reference (its error values) and
+// go-digest only, so any package may import it.
 //
 // It gives the same answer as distribution/reference for every input (accept
 // or reject, normalized name, tag, digest, error class and message; see

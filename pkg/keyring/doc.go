@@ -1,7 +1,12 @@
-// Package keyring finds the registry credentials a pod can present for an
-// image: its image pull secrets, the node's docker configuration and, via
-// package credentialprovider, exec credential provider plugins. Every
-// credential it returns carries its source and its keyed hash.
+// Package keyring holds keyrings: the registry credentials a pod can present
+// for an image, from its image pull secrets, the node's docker configuration
+// and, via package credentialprovider, exec credential provider plugins.
+// Every credential it returns carries its source and its keyed hash.
+//
+// imagemanager builds each pod's keyring, pkg/podworkers the node's,
+// pkg/credentialprovider serves its plugins' answers as one, and
+// pkg/criproxy parses image names with it; it depends on pkg/credential and
+// pkg/imageref only, never on the credential tracker (TestDependencies).
 //
 // # Sources
 //

@@ -1,5 +1,15 @@
-// Package node plays the kubelet's part for images: it reads v1 Secret,
-// ServiceAccount and Pod manifests and drives every pod's init containers,
+// Package podworkers holds pullguard's stand-in for the kubelet's pod
+// workers, as far as images go: it reads v1 Secret, ServiceAccount and Pod
+// manifests, assembles a node (Start: the runtime, the credential tracker,
+// the node keyring, the credential provider plugins and the image manager,
+// under one locked root directory), and drives every pod's init containers,
 // then containers, through the image manager, as the kubelet's pod workers
-// do. The command line and the end-to-end suite share it.
+// do, keeping the events.
+//
+// cmd/pullguard (run and demo assemble a node with it; records, serve and
+// registry use its directory names and bounded reads) and the end-to-end
+// suite use it, and nothing else may import it; it depends on imagemanager
+// and on everything a node is made of (credtracker, pkg/criruntime,
+// pkg/guardedpull, pkg/keyring, pkg/credentialprovider, pkg/nodeconfig,
+// pkg/credential).
 package podworkers

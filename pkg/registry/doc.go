@@ -1,7 +1,11 @@
-// Package registry is an embedded OCI distribution registry for pullguard's
-// default run (pullguard demo) and for tests: go-containerregistry's
-// in-memory registry handler behind a middleware that adds users,
-// per-repository access rules and request accounting.
+// Package registry holds an embedded OCI distribution registry for
+// pullguard's default run (pullguard demo) and for tests:
+// go-containerregistry's in-memory registry handler behind a middleware that
+// adds users, per-repository access rules and request accounting.
+//
+// cmd/pullguard (demo, registry) and the tests of imagemanager,
+// pkg/criproxy, cmd/pullguard and test/e2e use it; it depends on
+// go-containerregistry and x/crypto/bcrypt, and on no pullguard package.
 //
 // New starts a Registry listening on 127.0.0.1 (a random port unless
 // WithAddr names one); the caller should call Close. Access is declared in a
