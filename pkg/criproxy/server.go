@@ -45,8 +45,9 @@ type Server struct {
 	pruneEvery time.Duration
 	lastPrune  atomic.Int64
 
-	hidden *hiddenSet
-	window time.Duration
+	calls       *podCalls
+	window      time.Duration
+	unkeyedOnce sync.Once
 
 	// verifier checks a forwarded pull the backend reported done (nil: no
 	// check; see WithManifestVerification).
@@ -72,10 +73,10 @@ func WithLogger(l klog.Logger) Option { return func(s *Server) { s.logger = l } 
 // the records (0: every time).
 func WithPruneInterval(d time.Duration) Option { return func(s *Server) { s.pruneEvery = d } }
 
-// WithAnswerWindow sets how long after ImageStatus reported an image
-// absent a PullImage of it may be answered from a record (default
-// DefaultAnswerWindow; see there). 0 answers every pull whose credential
-// matches a record, Always pulls too.
+// WithAnswerWindow sets how long after a pod's presence check reported an
+// image absent the pod's PullImage of it may be answered from a record
+// (default DefaultAnswerWindow; see there). 0 answers every pull whose
+// credential matches a record, Always pulls too.
 func WithAnswerWindow(d time.Duration) Option { return func(s *Server) { s.window = d } }
 
 // WithClock sets the clock used to time list-then-prune (tests use a
@@ -108,9 +109,7 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	for _, o := range opts {
 		o(s)
 	}
-	if s.window > 0 {
-		s.hidden = newHiddenSet(s.window)
-	}
+	s.calls = newPodCalls(s.window)
 	s.logger = s.logger.WithName("criproxy")
 	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithLogger(s.logger))
 	if err != nil {
@@ -221,9 +220,7 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 	if err := s.backend.RemoveImage(ctx, req.GetImage()); err != nil {
 		return nil, backendError("RemoveImage", err)
 	}
-	if s.hidden != nil {
-		s.hidden.forgetAll()
-	}
+	s.calls.forgetStatuses()
 	if n, err := s.Prune(ctx); err != nil {
 		s.logger.Error(err, "Failed to prune the records of removed images", "image", req.GetImage().GetImage())
 	} else if n > 0 {
