@@ -261,16 +261,17 @@ func (p *podCalls) proved(image, pod, id string, cred credential.Credential, now
 }
 
 // proofOf returns the credential pod's pull of image proved, if that pull
-// got the image id.
-func (p *podCalls) proofOf(image, pod, id string, now time.Time) (credential.Credential, bool) {
+// got the image id (ok). held reports whether pod's pull of image
+// succeeded at all, whatever image it got.
+func (p *podCalls) proofOf(image, pod, id string, now time.Time) (cred credential.Credential, held, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := p.key(image, pod)
-	pr, ok := p.proofs[k]
-	if !ok || pr.id != id {
-		return credential.Credential{}, false
+	pr, held := p.proofs[k]
+	if !held || pr.id != id {
+		return credential.Credential{}, held, false
 	}
 	pr.used = now
 	p.proofs[k] = pr
-	return pr.cred, true
+	return pr.cred, true, true
 }

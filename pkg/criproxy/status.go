@@ -66,8 +66,11 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		return resp, nil
 	}
 	now := s.clock.Now()
+	held := false
 	if kind == podCall {
-		if cred, ok := s.calls.proofOf(spec.GetImage(), pod, img.GetId(), now); ok {
+		var cred credential.Credential
+		var ok bool
+		if cred, held, ok = s.calls.proofOf(spec.GetImage(), pod, img.GetId(), now); ok {
 			if !cred.Hash.IsZero() {
 				req0.Credentials = func() []credential.Credential { return []credential.Credential{cred} }
 			}
@@ -82,7 +85,15 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	} else {
 		s.warnUnkeyed()
 	}
-	s.calls.hid(spec.GetImage(), pod, now, img.GetId(), names)
+	if !held {
+		// A pod whose pull of the image succeeded gets no window: this
+		// call is the size look-up right after that pull (on v1.32+ the
+		// only ImageStatus of an Always container's pod) or a later
+		// check its proof no longer passes, and a window would let the
+		// pod's next Always pull be answered from a record. Its pulls
+		// ask the registry.
+		s.calls.hid(spec.GetImage(), pod, now, img.GetId(), names)
+	}
 	countDecision("ImageStatus", "hidden", d.Reason)
 	if v := s.logger.V(2); v.Enabled() {
 		v.Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
