@@ -86,6 +86,11 @@ const proofIdle = DefaultAnswerWindow
 // of this credential for that image under this name.
 const statusTTL = 10 * time.Second
 
+// maxKeptNames bounds the names of the status a window keeps for its pull
+// (an image has a few; a tenant can give one thousands, under tags of its
+// registry, and each pod's presence check opens a window of its own).
+const maxKeptNames = 64
+
 // podCalls remembers, per image and pod, what the kubelet's calls for
 // that pod established:
 //
@@ -183,6 +188,9 @@ func (p *podCalls) hid(image, pod string, now time.Time, id string, names []stri
 			// Forgetting only costs a forwarded pull (one manifest request).
 			clear(p.open)
 		}
+	}
+	if len(names) > maxKeptNames {
+		id, names = "", nil // the pull asks the runtime again
 	}
 	p.open[p.key(image, pod)] = openWindow{at: now, id: id, names: names}
 }
