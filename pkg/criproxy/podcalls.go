@@ -89,7 +89,7 @@ const statusTTL = 10 * time.Second
 // maxKeptNames bounds the names of the status a window keeps for its pull
 // (an image has a few; a tenant can give one thousands, under tags of its
 // registry, and each pod's presence check opens a window of its own).
-const maxKeptNames = 64
+const maxKeptNames = 16
 
 // podCalls remembers, per image and pod, what the kubelet's calls for
 // that pod established:
