@@ -162,21 +162,36 @@ func (c *cluster) awaitEvent(ctx context.Context, ns, name, reason, text string)
 	return c.awaitEventMatching(ctx, ns, name, reason, regexp.MustCompile(regexp.QuoteMeta(text)))
 }
 
-// eventCount is how many times the kubelet recorded an event with reason
-// for the pod whose message contains text (an event repeated is one
-// object with a count). The kubelet's recorder drops a pod's events
-// beyond a burst of 25 (client-go's spam filter), so a count that did not
-// grow proves nothing alone.
-func (c *cluster) eventCount(ctx context.Context, ns, name, reason, text string) (int, error) {
+// kubeletEvents lists the events the kubelet recorded for the pod.
+func (c *cluster) kubeletEvents(ctx context.Context, ns, name string) ([]corev1.Event, error) {
 	list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
 	})
 	if err != nil {
+		return nil, err
+	}
+	var evs []corev1.Event
+	for _, e := range list.Items {
+		if e.Source.Component == "kubelet" {
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+// eventCount is how many times the kubelet recorded an event with reason
+// for the pod whose message contains text (an event repeated is one
+// object with a count). The kubelet's recorder drops a pod's events of
+// one type (Normal, Warning) beyond a burst of 25 (client-go's spam
+// filter), so a count that did not grow proves nothing alone.
+func (c *cluster) eventCount(ctx context.Context, ns, name, reason, text string) (int, error) {
+	evs, err := c.kubeletEvents(ctx, ns, name)
+	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, e := range list.Items {
-		if e.Source.Component == "kubelet" && e.Reason == reason && strings.Contains(e.Message, text) {
+	for _, e := range evs {
+		if e.Reason == reason && strings.Contains(e.Message, text) {
 			n += int(max(e.Count, 1))
 		}
 	}
@@ -187,18 +202,13 @@ func (c *cluster) eventCount(ctx context.Context, ns, name, reason, text string)
 func (c *cluster) awaitEventMatching(ctx context.Context, ns, name, reason string, text *regexp.Regexp) ([]kubeletEvent, error) {
 	var evs []kubeletEvent
 	err := poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
-		list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
-		})
+		all, err := c.kubeletEvents(ctx, ns, name)
 		if err != nil {
 			return false, err
 		}
 		evs = evs[:0]
 		found := false
-		for _, e := range list.Items {
-			if e.Source.Component != "kubelet" {
-				continue
-			}
+		for _, e := range all {
 			evs = append(evs, kubeletEvent{Type: e.Type, Reason: e.Reason, Message: e.Message})
 			if e.Reason == reason && text.MatchString(e.Message) {
 				found = true
