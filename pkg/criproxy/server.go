@@ -48,6 +48,8 @@ type Server struct {
 	calls       *podCalls
 	window      time.Duration
 	unkeyedOnce sync.Once
+	// clockStep measures the wall clock's finest step (tests fake it).
+	clockStep func() time.Duration
 
 	// verifier checks a forwarded pull the backend reported done (nil: no
 	// check; see WithManifestVerification).
@@ -111,6 +113,16 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	}
 	s.calls = newPodCalls(s.window)
 	s.logger = s.logger.WithName("criproxy")
+	if s.clockStep == nil {
+		s.clockStep = finestClockStep
+	}
+	if step := s.clockStep(); step > maxClockStep {
+		s.calls.noProofs = true
+		s.logger.Info("WARNING: the node's clock advances in steps of "+step.String()+", too coarse for the kubelet's kubernetes.io/config.seen to tell pods apart; a pod's presence checks are not answered from its earlier pull (each costs a pull, answered from the pod's record)", "clockStep", step, "finestNeeded", maxClockStep)
+	}
+	s.calls.onCollision = func() {
+		s.logger.Info("WARNING: two pods' image calls carry the same kubernetes.io/config.source and kubernetes.io/config.seen (pulls of different sandboxes); or a pull carries them without a sandbox UID; presence checks with them are no longer answered from a pull")
+	}
 	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithLogger(s.logger))
 	if err != nil {
 		return nil, fmt.Errorf("criproxy: %w", err)
