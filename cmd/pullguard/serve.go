@@ -89,7 +89,7 @@ socket removed.`,
 	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
-	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pull is answered from a record only this long after ImageStatus reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
+	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
@@ -86,53 +85,6 @@ func TestFailedPullNeverCarriesTheCredential(t *testing.T) {
 			assert.Contains(t, status.Convert(err).Message(), "401 Unauthorized", "the registry's answer is kept")
 			secrets := []string{password, basic, token, token + "-r"}
 			assert.Empty(t, leak.Scan(map[string]string{"error": err.Error(), "log": logs.String()}, secrets...), "a credential got out")
-		})
-	}
-}
-
-// TestImageUserLookupOpensNoAnswerWindow follows a real kubelet (v1.36):
-// after every successful pull the puller asks ImageStatus of the image
-// for its size (GetImageSize), and container creation asks it again
-// (getImageUser), with nothing that tells either from a presence check.
-// Those "absent" answers must not open the answer window: an Always
-// container restarted (crash-loop back-off, 10 s and up) with a recorded
-// credential still goes to the registry, so a moved tag is followed and a
-// revoked credential is refused, as the kubelet does for Always. A
-// presence check long after the pull (the IfNotPresent path) still opens
-// it.
-func TestImageUserLookupOpensNoAnswerWindow(t *testing.T) {
-	image := reg + "/team-a/app:v1"
-	for _, tc := range []struct {
-		name         string
-		first        string // "always" or "ifnotpresent": how the container first got the image
-		wantManifest int    // registry requests of the restart's Always pull
-	}{
-		{name: "Always container restarted", first: "always", wantManifest: 1},
-		{name: "IfNotPresent container answered, then an Always pod", first: "ifnotpresent", wantManifest: 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			h := newHarness(t, harnessConfig{})
-			h.fake.publish(t, image, id(42), "alice:pw")
-			_, err := h.pull(t, "a", image, "alice", "pw") // recorded
-			require.NoError(t, err)
-			h.clock.Step(criproxy.DefaultAnswerWindow + time.Second)
-
-			switch tc.first {
-			case "always":
-				_, err = h.pullAlways(t, "a", image, "alice", "pw")
-			case "ifnotpresent":
-				_, err = h.pull(t, "a", image, "alice", "pw")
-			}
-			require.NoError(t, err)
-			require.False(t, h.present(t, image), "GetImageSize: hidden") // the puller, after the pull
-			require.False(t, h.present(t, image), "getImageUser: hidden") // container creation
-			h.clock.Step(10 * time.Second)                                // back-off before the restart
-
-			m0, _, _ := h.fake.counts()
-			_, err = h.pullAlways(t, "a", image, "alice", "pw")
-			require.NoError(t, err)
-			m1, _, _ := h.fake.counts()
-			assert.Equal(t, tc.wantManifest, m1-m0, "registry requests of the restarted Always container's pull")
 		})
 	}
 }

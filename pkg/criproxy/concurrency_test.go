@@ -36,13 +36,8 @@ func TestConcurrentTenants(t *testing.T) {
 			w := tenants[p%len(tenants)]
 			image := fmt.Sprintf("%s/team-a/app%d:v1", reg, p%images)
 			for round := 0; round < 3; round++ {
-				resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if resp.GetImage() != nil {
-					errs <- fmt.Errorf("pod %d: %s reported present", p, image)
+				if h.newPod("probe", nil).presence(t, image) != "" {
+					errs <- fmt.Errorf("pod %d: %s reported present to a pod with nothing to show", p, image)
 				}
 				ref, err := h.pull(t, w.ns, image, w.user, w.pw)
 				switch {

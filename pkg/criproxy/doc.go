@@ -15,18 +15,25 @@
 // image manager in the package graph and applies the same rules, those of
 // the credential tracker (credtracker), with what the CRI carries:
 //
-//   - ImageStatus carries no pod and no credential, so an image that some
-//     pod could not use without credentials (pulled by this node under the
-//     asked name with a credential that is not node-wide, of unknown
-//     origin, or needing verification under the policy) is reported
-//     absent. The kubelet then calls PullImage with each of the pod's
-//     credentials, as for an absent image. Images free to every pod
-//     (node-accessible, or preloaded under the policy) are reported as
-//     they are.
+//   - ImageStatus carries no credential. A pod's presence check carries
+//     the pod (the kubelet copies the pod's annotations, among them
+//     kubernetes.io/config.source and kubernetes.io/config.seen, which it
+//     sets itself, into every call it makes for the pod's image): an
+//     image that some pod could not use without credentials (pulled by
+//     this node under the asked name with a credential that is not
+//     node-wide, of unknown origin, or needing verification under the
+//     policy) is reported absent, unless this pod's own pull of it proved
+//     a credential the records still grant. The kubelet then calls
+//     PullImage with each of the pod's credentials, as for an absent
+//     image. Images free to every pod (node-accessible, or preloaded under
+//     the policy) are reported as they are, and so is every image to a
+//     bare look-up (the container's user) once the kubelet is seen to
+//     annotate its presence checks (podcalls.go).
 //   - PullImage carries the pod (sandbox_config.metadata) and one
 //     credential (auth). A credential whose keyed hash already pulled the
 //     image under the asked name gets the image's ref with no registry
-//     contact; anything else is forwarded through the guarded pull of
+//     contact when the pod's own presence check asked just before (the
+//     IfNotPresent path); anything else is forwarded through the guarded pull of
 //     package guardedpull (the image manager's): a durable pull intent, the
 //     backend's pull, its verification, and the record.
 //   - RemoveImage prunes the records of images that are gone.

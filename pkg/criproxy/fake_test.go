@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,12 +50,13 @@ type fakeBackend struct {
 	// storeFirst makes PullImage store the image before it waits for
 	// gate: a pull whose caller gives up after the runtime stored it.
 	storeFirst bool
+	uids       map[string]int64 // the USER of the images pulled, by ID
 }
 
 var _ criapi.ImageManagerService = (*fakeBackend)(nil)
 
 func newFakeBackend() *fakeBackend {
-	return &fakeBackend{images: map[string]*runtimeapi.Image{}, registry: map[string]remoteImage{}}
+	return &fakeBackend{images: map[string]*runtimeapi.Image{}, registry: map[string]remoteImage{}, uids: map[string]int64{}}
 }
 
 func norm(t testing.TB, image string) string {
@@ -205,6 +207,9 @@ func (f *fakeBackend) store(spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthCon
 	if img == nil {
 		f.blobs += 2
 		img = &runtimeapi.Image{Id: ri.id, Size: 1234}
+		if u, ok := f.uids[ri.id]; ok {
+			img.Uid = &runtimeapi.Int64Value{Value: u}
+		}
 		f.images[ri.id] = img
 	}
 	// A tag moves to the pulled image.
@@ -263,6 +268,7 @@ type harness struct {
 	socket  string
 	dir     string
 	clock   *testingclock.FakeClock
+	pods    atomic.Int64 // pods made by newPod
 }
 
 type harnessConfig struct {
@@ -271,6 +277,8 @@ type harnessConfig struct {
 	gateOff   bool
 	dir       string // tracker directory; default a new one
 	setup     func(f *fakeBackend)
+	// serverOpts are more options for criproxy.New.
+	serverOpts []criproxy.Option
 }
 
 // socketDir returns a short directory for unix sockets (their paths are
@@ -304,7 +312,7 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 	}
 	t.Cleanup(func() { h.tracker.Close() })
 	h.fake.setDown(false) // a setup's "down" is for the tracker's start only
-	srv, err := criproxy.New(h.fake, h.tracker, hasher, criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock))
+	srv, err := criproxy.New(h.fake, h.tracker, hasher, append([]criproxy.Option{criproxy.WithPruneInterval(0), criproxy.WithClock(h.clock), criproxy.WithClockStep(30 * time.Nanosecond)}, cfg.serverOpts...)...)
 	require.NoError(t, err)
 	h.server = srv
 	h.socket = filepath.Join(socketDir(t), "pg.sock")
@@ -339,28 +347,132 @@ func creds(user, password string) *runtimeapi.AuthConfig {
 	return &runtimeapi.AuthConfig{Username: user, Password: password}
 }
 
-// pull ensures image as the kubelet does for an IfNotPresent container of
-// a pod of ns with the credential user:password: ImageStatus, then, if
-// reported absent, PullImage.
-func (h *harness) pull(t testing.TB, ns, image, user, password string) (string, error) {
-	resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
-	if err != nil {
-		return "", err
-	}
-	if resp.GetImage() != nil {
-		return resp.GetImage().GetId(), nil
-	}
-	return h.pullAlways(t, ns, image, user, password)
+// kubeletPod makes the image calls the kubelet (v1.36) makes for one pod.
+// EnsureImageExists copies all the pod's annotations, the two the kubelet
+// sets on every pod (kubernetes.io/config.source, kubernetes.io/config.seen)
+// included, into the ImageSpec of its presence check, of its PullImage and
+// of the size look-up after the pull; the container's user is asked with a
+// bare spec (getImageUser).
+type kubeletPod struct {
+	h        *harness
+	ns, name string
+	ann      map[string]string
+	handler  string
 }
 
-// pullAlways pulls as the kubelet does for an Always container: PullImage
-// with no ImageStatus before it.
+// newPod is a pod of ns as the kubelet sees it: its own annotations extra
+// (a tenant writes them), then the kubelet's, over them.
+func (h *harness) newPod(ns string, extra map[string]string) *kubeletPod {
+	n := h.pods.Add(1)
+	ann := map[string]string{}
+	for k, v := range extra {
+		ann[k] = v
+	}
+	ann["kubernetes.io/config.source"] = "api"
+	ann["kubernetes.io/config.seen"] = time.Unix(1_800_000_000, n).UTC().Format(time.RFC3339Nano)
+	return &kubeletPod{h: h, ns: ns, name: fmt.Sprintf("p%d", n), ann: ann}
+}
+
+func (p *kubeletPod) spec(image string) *runtimeapi.ImageSpec {
+	return &runtimeapi.ImageSpec{Image: image, Annotations: p.ann, RuntimeHandler: p.handler}
+}
+
+// presence is the pod's presence check (GetImageRef): the image's ID, or
+// "" if reported absent.
+func (p *kubeletPod) presence(t testing.TB, image string) string {
+	t.Helper()
+	resp, err := p.h.client.ImageStatus(context.Background(), p.spec(image), false)
+	require.NoError(t, err)
+	return resp.GetImage().GetId()
+}
+
+// size is the puller's look-up right after a successful pull
+// (GetImageSize): the same spec; 0 if reported absent.
+func (p *kubeletPod) size(t testing.TB, image string) uint64 {
+	t.Helper()
+	resp, err := p.h.client.ImageStatus(context.Background(), p.spec(image), false)
+	require.NoError(t, err)
+	return resp.GetImage().GetSize()
+}
+
+// pullOnly is the pod's PullImage with the credential user:password.
+func (p *kubeletPod) pullOnly(t testing.TB, image, user, password string) (string, error) {
+	return p.h.client.PullImage(context.Background(), p.spec(image), creds(user, password), pod(p.ns, p.name))
+}
+
+// ensure is EnsureImageExists for an IfNotPresent container (or image
+// volume) of the pod: the presence check, then, if reported absent,
+// PullImage and the size look-up.
+func (p *kubeletPod) ensure(t testing.TB, image, user, password string) (string, error) {
+	if id := p.presence(t, image); id != "" {
+		return id, nil
+	}
+	return p.ensureAlways(t, image, user, password)
+}
+
+// ensureAlways is EnsureImageExists for an Always container: PullImage with
+// no presence check before it, then the size look-up.
+func (p *kubeletPod) ensureAlways(t testing.TB, image, user, password string) (string, error) {
+	ref, err := p.pullOnly(t, image, user, password)
+	if err == nil {
+		p.size(t, image)
+	}
+	return ref, err
+}
+
+// userLookup is the kubelet's look-up of a container's user at container
+// creation (getImageUser): a bare spec. It returns the image's uid, or
+// nil if reported absent (the kubelet then takes the image for root's).
+func (h *harness) userLookup(t testing.TB, image string) *runtimeapi.Int64Value {
+	t.Helper()
+	resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
+	require.NoError(t, err)
+	if resp.GetImage() == nil {
+		return nil
+	}
+	if u := resp.GetImage().GetUid(); u != nil {
+		return u
+	}
+	return &runtimeapi.Int64Value{} // present, no USER: root
+}
+
+// pull ensures image as the kubelet does for an IfNotPresent container of
+// a new pod of ns with the credential user:password: the presence check,
+// then, if reported absent, PullImage.
+func (h *harness) pull(t testing.TB, ns, image, user, password string) (string, error) {
+	p := h.newPod(ns, nil)
+	if id := p.presence(t, image); id != "" {
+		return id, nil
+	}
+	return p.pullOnly(t, image, user, password)
+}
+
+// pullAlways pulls as the kubelet does for an Always container of a new
+// pod of ns: PullImage with no ImageStatus before it.
 func (h *harness) pullAlways(t testing.TB, ns, image, user, password string) (string, error) {
+	return h.newPod(ns, nil).pullOnly(t, image, user, password)
+}
+
+// present says whether a new pod's presence check reports image present.
+func (h *harness) present(t testing.TB, image string) bool {
+	t.Helper()
+	return h.newPod("probe", nil).presence(t, image) != ""
+}
+
+// legacyPull is what a client that sends no annotation does (crictl, a
+// kubelet that sends no pod annotations): a bare ImageStatus, then, if
+// reported absent, a bare PullImage.
+func (h *harness) legacyPull(t testing.TB, ns, image, user, password string) (string, error) {
+	if h.legacyPresent(t, image) {
+		resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
+		require.NoError(t, err)
+		return resp.GetImage().GetId(), nil
+	}
 	return h.client.PullImage(context.Background(), &runtimeapi.ImageSpec{Image: image}, creds(user, password), pod(ns, "p"))
 }
 
-// present says whether ImageStatus reports image present.
-func (h *harness) present(t testing.TB, image string) bool {
+// legacyPresent is a bare ImageStatus.
+func (h *harness) legacyPresent(t testing.TB, image string) bool {
 	t.Helper()
 	resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: image}, false)
 	require.NoError(t, err)

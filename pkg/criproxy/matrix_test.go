@@ -11,7 +11,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
@@ -266,32 +265,34 @@ func TestKubernetes138175(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, h.present(t, reg+"/shared/base:v1"), "the preloaded name stays free")
 	assert.False(t, h.present(t, reg+"/team-a/base:v1"), "the pulled name needs credentials")
-	resp, err := h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: reg + "/team-a/base:v1"}, true)
+	resp, err := h.client.ImageStatus(context.Background(), h.newPod("b", nil).spec(reg+"/team-a/base:v1"), true)
 	require.NoError(t, err)
 	assert.Empty(t, resp.GetInfo(), "a hidden image's verbose info is hidden too")
 }
 
-// TestPullReusesTheStatusBehindAbsent: the pull that follows an "absent"
-// answer is decided on the status that answer saw (no second runtime
-// call) while it is fresh, and on a live one after that.
+// TestPullReusesTheStatusBehindAbsent: the pull that follows a pod's
+// "absent" answer is decided on the status that answer saw (no second
+// runtime call) while it is fresh, and on a live one after that.
 func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
+	image := reg + "/team-a/app:v1"
 	h := newHarness(t, harnessConfig{})
-	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
-	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	h.fake.publish(t, image, id(1), "alice:pw")
+	_, err := h.pull(t, "a", image, "alice", "pw")
 	require.NoError(t, err)
-	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the puller asks the image's size")
-	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
+	p := h.newPod("a", nil)
 	before := h.fake.statusCalls()
-	_, err = h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	require.Empty(t, p.presence(t, image))
+	_, err = p.pullOnly(t, image, "alice", "pw")
 	require.NoError(t, err)
 	assert.Equal(t, 1, h.fake.statusCalls()-before, "only the kubelet's ImageStatus reached the runtime")
 
-	assert.False(t, h.present(t, reg+"/team-a/app:v1"))
+	q := h.newPod("a", nil)
+	require.Empty(t, q.presence(t, image))
 	h.clock.Step(time.Minute) // within the answer window, past the status's freshness
 	before = h.fake.statusCalls()
 	_, _, pulls0 := h.fake.counts()
-	_, err = h.pullAlways(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	_, err = q.pullOnly(t, image, "alice", "pw")
 	require.NoError(t, err)
 	_, _, pulls1 := h.fake.counts()
 	assert.Equal(t, 1, h.fake.statusCalls()-before, "a live status")
@@ -299,22 +300,22 @@ func TestPullReusesTheStatusBehindAbsent(t *testing.T) {
 }
 
 // TestPodWithSeveralCredentials follows the kubelet for a pod with two
-// pull secrets: one ImageStatus ("absent"), then PullImage with each
+// pull secrets: one presence check ("absent"), then PullImage with each
 // credential in turn until one succeeds. The first (another account) goes
 // to the registry and is refused; the second, recorded, is answered.
 func TestPodWithSeveralCredentials(t *testing.T) {
+	image := reg + "/team-a/app:v1"
 	h := newHarness(t, harnessConfig{})
-	h.fake.publish(t, reg+"/team-a/app:v1", id(1), "alice:pw")
-	_, err := h.pull(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	h.fake.publish(t, image, id(1), "alice:pw")
+	_, err := h.pull(t, "a", image, "alice", "pw")
 	require.NoError(t, err)
-	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the puller asks the image's size")
-	require.False(t, h.present(t, reg+"/team-a/app:v1"), "the container's creation asks the image's user")
 
-	require.False(t, h.present(t, reg+"/team-a/app:v1"))
+	p := h.newPod("a", nil)
+	require.Empty(t, p.presence(t, image))
 	m0, _, _ := h.fake.counts()
-	_, err = h.pullAlways(t, "a", reg+"/team-a/app:v1", "old", "secret")
+	_, err = p.pullOnly(t, image, "old", "secret")
 	require.Error(t, err)
-	ref, err := h.pullAlways(t, "a", reg+"/team-a/app:v1", "alice", "pw")
+	ref, err := p.pullOnly(t, image, "alice", "pw")
 	require.NoError(t, err)
 	assert.Equal(t, id(1), ref)
 	m1, _, _ := h.fake.counts()

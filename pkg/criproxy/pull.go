@@ -22,24 +22,25 @@ import (
 //
 // A credential whose keyed hash already pulled the present image under
 // this name gets the image's ref at once, with no registry contact, when
-// ImageStatus reported the image absent shortly before (the kubelet's
-// IfNotPresent path; see DefaultAnswerWindow). Any
-// other request (an anonymous one included) is forwarded through the
-// guarded pull (package guardedpull, the image manager's too): a durable
-// pull intent first (if it cannot be written, nothing is pulled:
-// Unavailable), then the backend's pull, which for a present image
-// fetches only the manifest, so the registry decides. With
-// WithManifestVerification, a success must then pass the check that the
-// registry served the manifest bytes the backend resolved ("no digest
+// this pod's presence check reported the image absent just before (the
+// kubelet's IfNotPresent path; it asks nothing before an Always pull; see
+// podCalls and DefaultAnswerWindow). Any other request (an anonymous one
+// included) is forwarded through the guarded pull (package guardedpull,
+// the image manager's too): a durable pull intent first (if it cannot be
+// written, nothing is pulled: Unavailable), then the backend's pull, which
+// for a present image fetches only the manifest, so the registry decides.
+// With WithManifestVerification, a success must then pass the check that
+// the registry served the manifest bytes the backend resolved ("no digest
 // without bytes"): a failure is PermissionDenied, records nothing and
 // leaves the intent unresolved, so that the name needs verification. A
 // success is recorded: an anonymous pull makes the image node-accessible
 // under this name, a pull with a credential records its keyed hash (see
 // recordSource). A failure returns the backend's error with its code and
-// without the credential (the registry's 401 reaches the pod's events);
-// if the backend stored an image under the name although the pull failed
-// or the kubelet gave up on it, the name is recorded as pulled with no
-// known credential (every pod verifies).
+// without the credential (the registry's 401 reaches the pod's events); if
+// the backend stored an image under the name although the pull failed or
+// the kubelet gave up on it, the name is recorded as pulled with no known
+// credential (every pod verifies). A success, answered or forwarded, is
+// the pod's proof for its later presence checks of the image.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	defer observe("PullImage", time.Now())
 	spec := req.GetImage()
@@ -58,6 +59,10 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	podLogger := s.logger.WithValues("pod", klog.KRef(meta.GetNamespace(), meta.GetName()), "podUID", meta.GetUid())
 	logger := podLogger.WithValues("image", image)
 	cred := criCredential(s.hasher, im.Registry, req.GetAuth())
+	kind, podKey := classify(spec)
+	if kind == podCall {
+		s.calls.annotating.Store(true)
+	}
 
 	if !s.admit() {
 		return nil, status.Error(codes.Unavailable, "pullguard is shutting down")
@@ -65,17 +70,13 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	defer s.inflight.Done()
 
 	if !cred.Anonymous() {
-		if ref, ok := s.fromRecord(ctx, logger, spec, cred); ok {
-			if s.hidden != nil {
-				s.hidden.pulled(image, s.clock.Now())
-			}
+		if ref, ok := s.fromRecord(ctx, logger, spec, podKey, cred); ok {
+			s.calls.proved(image, podKey, meta.GetUid(), ref, cred, s.clock.Now())
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
 	}
 
-	if s.hidden != nil {
-		s.hidden.forget(image) // the pull may move the tag
-	}
+	s.calls.forget(image) // the pull may move the tag
 	rec := cred
 	if !cred.Anonymous() {
 		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)
@@ -101,26 +102,20 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		countDecision("PullImage", "failed", 0)
 		return nil, backendError("PullImage", err)
 	}
-	if s.hidden != nil {
-		s.hidden.pulled(image, s.clock.Now())
-	}
+	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred, s.clock.Now())
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
 }
 
 // fromRecord answers a pull from the records when cred's keyed hash
-// already pulled the present image under this name.
-func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, cred credential.Credential) (string, bool) {
-	var id string
-	var names []string
-	if s.hidden != nil {
-		var ok bool
-		ok, id, names = s.hidden.recent(spec.GetImage(), s.clock.Now())
-		if !ok {
-			logger.V(2).Info("Forwarding the pull: no ImageStatus reported the image absent before it, so the kubelet pulls it with policy Always")
-			return "", false
-		}
+// already pulled the present image under this name and the pull follows
+// its pod's presence check (podKey "": a call of no pod).
+func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, podKey string, cred credential.Credential) (string, bool) {
+	ok, id, names := s.calls.take(spec.GetImage(), podKey, s.clock.Now())
+	if !ok {
+		logger.V(2).Info("Forwarding the pull: no presence check of this pod reported the image absent before it, so the kubelet pulls it with policy Always")
+		return "", false
 	}
 	if id == "" {
 		resp, err := s.backend.ImageStatus(ctx, spec, false)

@@ -45,8 +45,11 @@ type Server struct {
 	pruneEvery time.Duration
 	lastPrune  atomic.Int64
 
-	hidden *hiddenSet
-	window time.Duration
+	calls       *podCalls
+	window      time.Duration
+	unkeyedOnce sync.Once
+	// clockStep measures the wall clock's finest step (tests fake it).
+	clockStep func() time.Duration
 
 	// verifier checks a forwarded pull the backend reported done (nil: no
 	// check; see WithManifestVerification).
@@ -72,10 +75,10 @@ func WithLogger(l klog.Logger) Option { return func(s *Server) { s.logger = l } 
 // the records (0: every time).
 func WithPruneInterval(d time.Duration) Option { return func(s *Server) { s.pruneEvery = d } }
 
-// WithAnswerWindow sets how long after ImageStatus reported an image
-// absent a PullImage of it may be answered from a record (default
-// DefaultAnswerWindow; see there). 0 answers every pull whose credential
-// matches a record, Always pulls too.
+// WithAnswerWindow sets how long after a pod's presence check reported an
+// image absent the pod's PullImage of it may be answered from a record
+// (default DefaultAnswerWindow; see there). 0 answers every pull whose
+// credential matches a record, Always pulls too.
 func WithAnswerWindow(d time.Duration) Option { return func(s *Server) { s.window = d } }
 
 // WithClock sets the clock used to time list-then-prune (tests use a
@@ -108,10 +111,18 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	for _, o := range opts {
 		o(s)
 	}
-	if s.window > 0 {
-		s.hidden = newHiddenSet(s.window)
-	}
+	s.calls = newPodCalls(s.window)
 	s.logger = s.logger.WithName("criproxy")
+	if s.clockStep == nil {
+		s.clockStep = finestClockStep
+	}
+	if step := s.clockStep(); step > maxClockStep {
+		s.calls.noProofs = true
+		s.logger.Info("WARNING: the node's clock advances in steps of "+step.String()+", too coarse for the kubelet's kubernetes.io/config.seen to tell pods apart; a pod's presence checks are not answered from its earlier pull (each costs a pull, answered from the pod's record)", "clockStep", step, "finestNeeded", maxClockStep)
+	}
+	s.calls.onCollision = func() {
+		s.logger.Info("WARNING: two pods' image calls carry the same kubernetes.io/config.source and kubernetes.io/config.seen (pulls of different sandboxes); or a pull carries them without a sandbox UID; presence checks with them are no longer answered from a pull")
+	}
 	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithLogger(s.logger))
 	if err != nil {
 		return nil, fmt.Errorf("criproxy: %w", err)
@@ -221,9 +232,7 @@ func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageReq
 	if err := s.backend.RemoveImage(ctx, req.GetImage()); err != nil {
 		return nil, backendError("RemoveImage", err)
 	}
-	if s.hidden != nil {
-		s.hidden.forgetAll()
-	}
+	s.calls.forgetStatuses()
 	if n, err := s.Prune(ctx); err != nil {
 		s.logger.Error(err, "Failed to prune the records of removed images", "image", req.GetImage().GetImage())
 	} else if n > 0 {

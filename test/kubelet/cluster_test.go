@@ -45,11 +45,16 @@ type cluster struct {
 	apiURL string
 	pg     *child
 	pgOut  *output
-	kl     *child
-	klArgs []string
-	klOut  *output
-	health string // the kubelet's healthz URL
-	client kubernetes.Interface
+	// pgMetrics is the host:port of pullguard serve's metrics.
+	pgMetrics string
+	kl        *child
+	klArgs    []string
+	klOut     *output
+	health    string // the kubelet's healthz URL
+	// kubeletPort is the port of the kubelet's authenticated server
+	// (its /metrics among others).
+	kubeletPort int
+	client      kubernetes.Interface
 }
 
 // startCluster brings the node up; everything it starts is stopped by
@@ -188,6 +193,7 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	port, err := freePort()
 	require.NoError(t, err)
 	metrics := "127.0.0.1:" + strconv.Itoa(port)
+	c.pgMetrics = metrics
 	c.pg, err = spawn(out, nil, c.bins.pullguard, "serve",
 		"--listen", "unix://"+socket,
 		"--image-service-endpoint", "unix://"+c.ctrd.socket,
@@ -237,6 +243,7 @@ func (c *cluster) writeKubeletConfig() {
 	hport, err := freePort()
 	require.NoError(t, err)
 	c.health = "http://127.0.0.1:" + strconv.Itoa(hport) + "/healthz"
+	c.kubeletPort = port
 	imageService := "unix://" + c.ctrd.socket
 	// The kubelet refuses the policy field when its gate is off.
 	policy := ""

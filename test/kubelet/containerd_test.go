@@ -3,10 +3,12 @@ package kubelet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -89,6 +91,61 @@ func (c *containerd) preload(ctx context.Context, image, user, password string) 
 	_, err = images.PullImage(ctx, req)
 	return err
 }
+
+// processUID is the uid containerd runs a container's process as: the
+// runtimeSpec.process.user.uid in the "info" of the verbose CRI
+// ContainerStatus, asked on containerd's own socket.
+func (c *containerd) processUID(ctx context.Context, id string) (uint32, error) {
+	rt, _, done, err := c.cri(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	resp, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil {
+		return 0, fmt.Errorf("container status %s: %w", id, err)
+	}
+	var info struct {
+		RuntimeSpec *struct {
+			Process *struct {
+				User struct {
+					UID uint32 `json:"uid"`
+				} `json:"user"`
+			} `json:"process"`
+		} `json:"runtimeSpec"`
+	}
+	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil {
+		return 0, fmt.Errorf("container status %s: info: %w", id, err)
+	}
+	if info.RuntimeSpec == nil || info.RuntimeSpec.Process == nil {
+		return 0, fmt.Errorf("container status %s: no runtimeSpec.process in its info", id)
+	}
+	return info.RuntimeSpec.Process.User.UID, nil
+}
+
+// supportsImageVolumes reports whether this containerd mounts image
+// volumes (KEP-4639): containerd 2.1 and later. It returns the version
+// containerd reports.
+func (c *containerd) supportsImageVolumes(ctx context.Context) (bool, string, error) {
+	rt, _, done, err := c.cri(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	defer done()
+	v, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil {
+		return false, "", err
+	}
+	m := majorMinor.FindStringSubmatch(v.GetRuntimeVersion())
+	if m == nil {
+		return false, v.GetRuntimeVersion(), fmt.Errorf("containerd version %q", v.GetRuntimeVersion())
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	return major > 2 || (major == 2 && minor >= 1), v.GetRuntimeVersion(), nil
+}
+
+var majorMinor = regexp.MustCompile(`^v?(\d+)\.(\d+)`)
 
 // stop removes every pod sandbox of this containerd (which stops their
 // containers and shims), stops containerd by its PID, then removes the

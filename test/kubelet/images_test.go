@@ -81,6 +81,18 @@ func image(pause []byte, seed string) (v1.Image, error) {
 	return mutate.ConfigFile(img, cfg)
 }
 
+// runAs returns img with its config's USER set to user, as a Dockerfile's
+// USER line sets it.
+func runAs(img v1.Image, user string) (v1.Image, error) {
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.Config.User = user
+	return mutate.ConfigFile(img, cfg)
+}
+
 // importSandbox writes the sandbox image as a tarball and imports it into
 // containerd's k8s.io namespace, unpacked for the native snapshotter.
 func importSandbox(ctx context.Context, dir, socket string, pause []byte) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -50,6 +51,24 @@ func pod(ns, name, image string, policy corev1.PullPolicy, withSecret bool) *cor
 	if withSecret {
 		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "regcred"}}
 	}
+	return p
+}
+
+// runAsNonRoot sets the pod's securityContext to {runAsNonRoot: true},
+// with no runAsUser: the kubelet takes the user from the image.
+func runAsNonRoot(p *corev1.Pod) *corev1.Pod {
+	yes := true
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &yes}
+	return p
+}
+
+// withImageVolume mounts image (pulled with policy) read-only at /data in
+// the pod's container: an image volume (KEP-4639).
+func withImageVolume(p *corev1.Pod, image string, policy corev1.PullPolicy) *corev1.Pod {
+	p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "data", VolumeSource: corev1.VolumeSource{
+		Image: &corev1.ImageVolumeSource{Reference: image, PullPolicy: policy},
+	}})
+	p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "data", MountPath: "/data", ReadOnly: true})
 	return p
 }
 
@@ -120,6 +139,20 @@ func (c *cluster) remove(ctx context.Context, ns, name string) error {
 	})
 }
 
+// containerID is the runtime's ID of the pod's (first) container.
+func (c *cluster) containerID(ctx context.Context, ns, name string) (string, error) {
+	p, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok && id != "" {
+			return id, nil
+		}
+	}
+	return "", fmt.Errorf("pod %s/%s has no container ID yet", ns, name)
+}
+
 // kubeletEvent is one event the kubelet recorded for a pod.
 type kubeletEvent struct{ Type, Reason, Message string }
 
@@ -129,22 +162,53 @@ func (c *cluster) awaitEvent(ctx context.Context, ns, name, reason, text string)
 	return c.awaitEventMatching(ctx, ns, name, reason, regexp.MustCompile(regexp.QuoteMeta(text)))
 }
 
+// kubeletEvents lists the events the kubelet recorded for the pod.
+func (c *cluster) kubeletEvents(ctx context.Context, ns, name string) ([]corev1.Event, error) {
+	list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	var evs []corev1.Event
+	for _, e := range list.Items {
+		if e.Source.Component == "kubelet" {
+			evs = append(evs, e)
+		}
+	}
+	return evs, nil
+}
+
+// eventCount is how many times the kubelet recorded an event with reason
+// for the pod whose message contains text (an event repeated is one
+// object with a count). The kubelet's recorder drops a pod's events of
+// one type (Normal, Warning) beyond a burst of 25 (client-go's spam
+// filter), so a count that did not grow proves nothing alone.
+func (c *cluster) eventCount(ctx context.Context, ns, name, reason, text string) (int, error) {
+	evs, err := c.kubeletEvents(ctx, ns, name)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Reason == reason && strings.Contains(e.Message, text) {
+			n += int(max(e.Count, 1))
+		}
+	}
+	return n, nil
+}
+
 // awaitEventMatching is awaitEvent with a pattern for the message.
 func (c *cluster) awaitEventMatching(ctx context.Context, ns, name, reason string, text *regexp.Regexp) ([]kubeletEvent, error) {
 	var evs []kubeletEvent
 	err := poll(30*time.Second, 50*time.Millisecond, func() (bool, error) {
-		list, err := c.client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
-			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
-		})
+		all, err := c.kubeletEvents(ctx, ns, name)
 		if err != nil {
 			return false, err
 		}
 		evs = evs[:0]
 		found := false
-		for _, e := range list.Items {
-			if e.Source.Component != "kubelet" {
-				continue
-			}
+		for _, e := range all {
 			evs = append(evs, kubeletEvent{Type: e.Type, Reason: e.Reason, Message: e.Message})
 			if e.Reason == reason && text.MatchString(e.Message) {
 				found = true

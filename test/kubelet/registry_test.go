@@ -44,6 +44,18 @@ type registry struct {
 	mu     sync.Mutex
 	users  map[string]string   // user -> password
 	grants map[string][]string // user ("" = anyone) -> repository prefixes it may pull
+	// badLogins counts, per user name, the token requests refused for a
+	// wrong password.
+	badLogins map[string]int
+	holds     map[string]*hold // request path -> the hold on it
+}
+
+// hold keeps the requests for one path waiting until it is released.
+type hold struct {
+	arrived     chan struct{} // closed at the first request held
+	arrivedOnce sync.Once
+	released    chan struct{}
+	releaseOnce sync.Once
 }
 
 const (
@@ -77,6 +89,7 @@ func startRegistry(ctx context.Context, dir string) (*registry, error) {
 	r := &registry{
 		addr: ln.Addr().String(), backend: "127.0.0.1:" + strconv.Itoa(port), key: key, cert: der,
 		users: map[string]string{}, grants: map[string][]string{},
+		badLogins: map[string]int{}, holds: map[string]*hold{},
 	}
 	r.proxy = httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: r.backend})
 	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
@@ -165,8 +178,46 @@ type grantedAccess struct {
 	Actions []string `json:"actions"`
 }
 
+// hold makes every request for path (e.g. "/v2/shared/tool/manifests/v2")
+// wait, before it reaches docker-registry, until release is called (or
+// the client gives up). arrived is closed when the first one is held.
+// release may be called more than once.
+func (r *registry) hold(path string) (arrived <-chan struct{}, release func()) {
+	h := &hold{arrived: make(chan struct{}), released: make(chan struct{})}
+	r.mu.Lock()
+	r.holds[path] = h
+	r.mu.Unlock()
+	return h.arrived, func() {
+		r.mu.Lock()
+		if r.holds[path] == h {
+			delete(r.holds, path)
+		}
+		r.mu.Unlock()
+		h.releaseOnce.Do(func() { close(h.released) })
+	}
+}
+
+// refusedLogins is how many token requests were refused for a wrong
+// password given for user.
+func (r *registry) refusedLogins(user string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.badLogins[user]
+}
+
 func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.URL.Path != "/token" {
+		r.mu.Lock()
+		h := r.holds[req.URL.Path]
+		r.mu.Unlock()
+		if h != nil {
+			h.arrivedOnce.Do(func() { close(h.arrived) })
+			select {
+			case <-h.released:
+			case <-req.Context().Done():
+				return
+			}
+		}
 		r.proxy.ServeHTTP(w, req)
 		return
 	}
@@ -184,6 +235,7 @@ func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	defer r.mu.Unlock()
 	if withCreds {
 		if want, ok := r.users[user]; !ok || want != password {
+			r.badLogins[user]++
 			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}`, http.StatusUnauthorized)
 			return
 		}

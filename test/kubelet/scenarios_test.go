@@ -122,6 +122,18 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		// pullguard keeps the names apart: the public name stays free.
 		w.freeRun(t, p)
 	})
+	w.step(t, "an image's USER is the container's for tenant A's pods; tenant B is refused", func(t *testing.T) {
+		imageUser(t, w)
+	})
+	w.step(t, "a preloaded image runs while another tag's pull is in flight", func(t *testing.T) {
+		presentWhilePulling(t, w)
+	})
+	w.step(t, "an Always pod of A after A's password changed at the registry is refused, B in back-off", func(t *testing.T) {
+		alwaysAfterRotation(t, w)
+	})
+	w.step(t, "an image volume is pulled once over a minute of syncs; with Never", func(t *testing.T) {
+		imageVolumeSyncs(t, w, m)
+	})
 	w.step(t, "a kubelet restart keeps the protection", func(t *testing.T) {
 		s := time.Now()
 		c.restartKubelet(ctx)

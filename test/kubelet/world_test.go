@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,15 @@ type images struct {
 	base   string // team-a/base: private, the same digest as shared
 	shared string // shared/base: public, preloaded anonymously
 	agent  string // vendor/agent: private, preloaded by the node's admin
+	// nonRoot is team-a/nonroot: private, its config says USER 65532.
+	nonRoot string
+	toolV1  string // shared/tool:v1: public, preloaded anonymously
+	toolV2  string // shared/tool:v2: public, not preloaded
+	data    string // team-a/data: private, mounted as an image volume
 }
+
+// imageUID is the USER of img.nonRoot (distroless's "nonroot").
+const imageUID = 65532
 
 // world is a running node with its images and three tenants: A (alice)
 // and C (carol) may pull team-a/*, B (bob) only team-b/*; anyone may pull
@@ -46,19 +55,29 @@ func newWorld(t *testing.T, ctx context.Context, m mode, bins binaries, podLogs 
 		c.reg.grant("carol", "team-a/")
 		c.reg.grant("bob", "team-b/")
 		c.reg.grant("", "shared/")
-		publish := func(repo, seed string) string {
+		publishAs := func(repo, tag, seed, user string) string {
 			i, err := image(bins.pauseBytes, seed)
 			require.NoError(t, err)
-			ref, err := push(ctx, c.reg, i, repo, "v1")
+			if user != "" {
+				i, err = runAs(i, user)
+				require.NoError(t, err)
+			}
+			ref, err := push(ctx, c.reg, i, repo, tag)
 			require.NoError(t, err)
 			return ref
 		}
+		publish := func(repo, seed string) string { return publishAs(repo, "v1", seed, "") }
 		w.img.app = publish("team-a/app", "app")
 		w.img.base = publish("team-a/base", "base")
 		w.img.shared = publish("shared/base", "base")
 		w.img.agent = publish("vendor/agent", "agent")
+		w.img.nonRoot = publishAs("team-a/nonroot", "v1", "nonroot", strconv.Itoa(imageUID))
+		w.img.toolV1 = publishAs("shared/tool", "v1", "tool-v1", "")
+		w.img.toolV2 = publishAs("shared/tool", "v2", "tool-v2", "")
+		w.img.data = publish("team-a/data", "data")
 		// Baked into the node before the kubelet starts.
 		require.NoError(t, c.ctrd.preload(ctx, w.img.shared, "", ""))
+		require.NoError(t, c.ctrd.preload(ctx, w.img.toolV1, "", ""))
 		require.NoError(t, c.ctrd.preload(ctx, w.img.agent, adminUser, c.reg.password(adminUser)))
 	})
 	*podLogs = append(*podLogs, w.c.dir+"/pod-logs")

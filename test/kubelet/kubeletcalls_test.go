@@ -1,0 +1,234 @@
+package kubelet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// The scenarios of this file follow each kind of call the kubelet makes
+// to the image service (see pkg/criproxy/kubeletcalls_test.go, their unit
+// version): the bare look-up of a container's user, an Always pull, a
+// presence check while another pull is in flight, and the presence check
+// of an image volume at every sync.
+
+// imageUser: the kubelet reads a container's user with a bare ImageStatus
+// (getImageUser) and takes an absent image for root. An image whose
+// config says USER 65532, pulled with tenant A's secret, must run as that
+// user for every pod of A: a runAsNonRoot pod (the first, which pulls,
+// and a second one) and a pod with no securityContext, whose process
+// containerd runs as uid 65532. Tenant B is still refused.
+func imageUser(t *testing.T, w *world) {
+	img, a, b := w.img, w.a, w.b
+	t.Run("runAsNonRoot, the first pod", func(t *testing.T) {
+		from := w.mark(t)
+		w.runs(t, runAsNonRoot(pod(a.ns, "nonroot-1", img.nonRoot, ifNotPresent, withSecret)))
+		tr := w.since(t, from, "team-a/nonroot")
+		assert.Positive(t, tr.blobs, "the first pod pulls the layers")
+		assert.EqualValues(t, imageUID, w.processUID(t, a.ns, "nonroot-1"))
+	})
+	t.Run("runAsNonRoot, a second pod", func(t *testing.T) {
+		w.freeRun(t, runAsNonRoot(pod(a.ns, "nonroot-2", img.nonRoot, ifNotPresent, withSecret)))
+		assert.EqualValues(t, imageUID, w.processUID(t, a.ns, "nonroot-2"))
+	})
+	t.Run("no securityContext runs as the image's user", func(t *testing.T) {
+		w.freeRun(t, pod(a.ns, "nonroot-default", img.nonRoot, ifNotPresent, withSecret))
+		assert.EqualValues(t, imageUID, w.processUID(t, a.ns, "nonroot-default"), "the uid containerd runs the process as (0 if the kubelet's look-up had read the image as absent)")
+	})
+	t.Run("tenant B is still refused", func(t *testing.T) {
+		w.refused(t, pod(b.ns, "nonroot-intruder", img.nonRoot, ifNotPresent, withSecret), "team-a/nonroot", false)
+	})
+}
+
+// processUID is the uid containerd runs the pod's container as.
+func (w *world) processUID(t *testing.T, ns, name string) uint32 {
+	id, err := w.c.containerID(w.ctx, ns, name)
+	require.NoError(t, err)
+	uid, err := w.c.ctrd.processUID(w.ctx, id)
+	require.NoError(t, err)
+	return uid
+}
+
+// presentWhilePulling: a Never pod of a preloaded public image
+// (shared/tool:v1) runs while another tenant's pull of another tag of the
+// same repository (shared/tool:v2) is in flight: the registry holds that
+// manifest request until the pod ran.
+func presentWhilePulling(t *testing.T, w *world) {
+	ctx, c, img, b, tc := w.ctx, w.c, w.img, w.b, w.tc
+	arrived, release := c.reg.hold("/v2/shared/tool/manifests/v2")
+	defer release()
+	w.create(t, pod(b.ns, "tool-v2", img.toolV2, ifNotPresent, noSecret))
+	defer func() {
+		release() // first: the pod's worker waits for its pull
+		assert.NoError(t, c.remove(ctx, b.ns, "tool-v2"))
+	}()
+	wait, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	select {
+	case <-arrived:
+	case <-wait.Done():
+		require.FailNow(t, "the pull of shared/tool:v2 never reached the registry")
+	}
+	_, err := c.awaitEvent(ctx, b.ns, "tool-v2", "Pulling", img.toolV2)
+	assert.NoError(t, err)
+
+	w.freeRun(t, pod(tc.ns, "tool-v1", img.toolV1, never, noSecret))
+	defer func() { assert.NoError(t, c.remove(ctx, tc.ns, "tool-v1")) }()
+	_, err = c.awaitEvent(ctx, tc.ns, "tool-v1", "Pulled", "already present on machine")
+	assert.NoError(t, err)
+	p, err := c.client.CoreV1().Pods(b.ns).Get(ctx, "tool-v2", metav1.GetOptions{})
+	require.NoError(t, err)
+	o, done := containerOutcome(p)
+	assert.False(t, done, "the pull of shared/tool:v2 was still in flight (outcome %+v)", o)
+
+	release()
+	o, err = c.await(ctx, b.ns, "tool-v2", func(outcome) bool { return true })
+	require.NoError(t, err)
+	assert.Equal(t, "Running", o.state, "the held pull completes once released: %s", o.message)
+}
+
+// alwaysAfterRotation: tenant A's password changed at the registry, the
+// secret in the cluster did not. While tenant B's IfNotPresent pod of the
+// same image sits in back-off (asking for the image again and again), an
+// Always pod of A goes to the registry and is refused with its 401.
+func alwaysAfterRotation(t *testing.T, w *world) {
+	ctx, c, img, a, b := w.ctx, w.c, w.img, w.a, w.b
+	old := c.reg.password(a.user)
+	c.reg.setUser(a.user, newSecret(a.user))
+	defer c.reg.setUser(a.user, old)
+
+	w.create(t, pod(b.ns, "rotated-b", img.app, ifNotPresent, noSecret))
+	defer func() { assert.NoError(t, c.remove(ctx, b.ns, "rotated-b")) }()
+	_, err := c.await(ctx, b.ns, "rotated-b", func(o outcome) bool { return o.state == "ImagePullBackOff" })
+	require.NoError(t, err)
+
+	logins := c.reg.refusedLogins(a.user)
+	from := w.mark(t)
+	w.create(t, pod(a.ns, "always-rotated", img.app, corev1.PullAlways, withSecret))
+	defer func() { assert.NoError(t, c.remove(ctx, a.ns, "always-rotated")) }()
+	o, err := c.await(ctx, a.ns, "always-rotated", func(outcome) bool { return true })
+	require.NoError(t, err)
+	assert.Contains(t, []string{"ErrImagePull", "ImagePullBackOff"}, o.state)
+	assert.Regexp(t, refusedByRegistry, o.message)
+	_, err = c.awaitEventMatching(ctx, a.ns, "always-rotated", "Failed", refusedByRegistry)
+	assert.NoError(t, err)
+	tr := w.since(t, from, "team-a/app")
+	assert.Positive(t, tr.manifestDenied, "the registry logged the denied manifest request")
+	assert.Zero(t, tr.manifestOK, "the registry granted no manifest")
+	assert.Zero(t, tr.blobs)
+	assert.Greater(t, c.reg.refusedLogins(a.user), logins, "the token service refused A's old password: the Always pull reached the registry with A's credential")
+	t.Logf("while A's Always pod was refused: %d manifest requests refused (B's back-off included), %d refused logins of %s", tr.manifestDenied, c.reg.refusedLogins(a.user)-logins, a.user)
+
+	bp, err := c.client.CoreV1().Pods(b.ns).Get(ctx, "rotated-b", metav1.GetOptions{})
+	require.NoError(t, err)
+	bo, _ := containerOutcome(bp)
+	assert.Contains(t, []string{"ErrImagePull", "ImagePullBackOff"}, bo.state, "tenant B's pod is still refused")
+}
+
+// imageVolumeSyncs: the kubelet ensures a pod's image volumes at every
+// sync (SyncPod, every syncFrequency, 5 s here, and at every event of the
+// pod). A pod of tenant A with an IfNotPresent image volume pulls it once
+// and no more over a minute. The same volume with pullPolicy Never in a
+// new pod of A: the kubelet's own implementation accepts A's secret;
+// behind serve it is ErrImageNeverPull (the documented difference
+// "Never pods' credentials").
+func imageVolumeSyncs(t *testing.T, w *world, m mode) {
+	ctx, c, img, a := w.ctx, w.c, w.img, w.a
+	mounts, version, err := c.ctrd.supportsImageVolumes(ctx)
+	require.NoError(t, err)
+	// What the container comes to once its image volume is ensured.
+	want := "Running"
+	if !mounts {
+		want = "CreateContainerError"
+		t.Logf("containerd %s does not mount image volumes (2.1 and later do): the pod's container cannot be created, and the kubelet still ensures the volume's image at every sync", version)
+	}
+
+	from := w.mark(t)
+	o, err := c.run(ctx, withImageVolume(pod(a.ns, "vol-1", img.agent, never, withSecret), img.data, ifNotPresent))
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.remove(ctx, a.ns, "vol-1")) }()
+	require.Equal(t, want, o.state, o.message)
+	if !mounts {
+		// The volume's mount reaches containerd with an image and no host
+		// path; containerd before 2.1 knows no image and creates the host
+		// path "".
+		assert.Contains(t, o.message, `failed to mkdir ""`)
+	}
+	tr := w.since(t, from, "team-a/data")
+	assert.Positive(t, tr.blobs, "the volume's layers came down")
+	_, err = c.awaitEvent(ctx, a.ns, "vol-1", "Pulled", "Successfully pulled image \""+img.data+"\"")
+	assert.NoError(t, err)
+
+	type counts struct{ kubeletPulls, kubeletStatuses, servePulls, proven float64 }
+	read := func() counts {
+		var n counts
+		var err error
+		n.kubeletPulls, err = c.kubeletMetric(ctx, "kubelet_runtime_operations_total", map[string]string{"operation_type": "pull_image"})
+		require.NoError(t, err)
+		n.kubeletStatuses, err = c.kubeletMetric(ctx, "kubelet_runtime_operations_total", map[string]string{"operation_type": "image_status"})
+		require.NoError(t, err)
+		if m.proxy {
+			n.servePulls, err = c.serveMetric(ctx, "pullguard_criproxy_requests_total", map[string]string{"method": "PullImage"})
+			require.NoError(t, err)
+			n.proven, err = c.serveMetric(ctx, "pullguard_criproxy_decisions_total", map[string]string{"method": "ImageStatus", "outcome": "proven"})
+			require.NoError(t, err)
+		}
+		return n
+	}
+	pulling := func() int {
+		n, err := c.eventCount(ctx, a.ns, "vol-1", "Pulling", img.data)
+		require.NoError(t, err)
+		return n
+	}
+	present := func() int {
+		n, err := c.eventCount(ctx, a.ns, "vol-1", "Pulled", "Container image \""+img.data+"\" already present on machine")
+		require.NoError(t, err)
+		return n
+	}
+	before, pulling0, present0 := read(), pulling(), present()
+	from = w.mark(t)
+	window := time.NewTimer(time.Minute) // the observation window is the point
+	select {
+	case <-window.C:
+	case <-ctx.Done():
+		window.Stop()
+		require.FailNow(t, "context ended during the observation window")
+	}
+	after := read()
+	assert.Zero(t, w.since(t, from, "").total, "no registry request in a minute of syncs")
+	assert.Equal(t, before.kubeletPulls, after.kubeletPulls, "the kubelet's PullImage calls in a minute of syncs")
+	assert.GreaterOrEqual(t, after.kubeletStatuses-before.kubeletStatuses, 2.0, "the kubelet's ImageStatus calls: its syncs asked for the volume's image")
+	assert.Equal(t, pulling0, pulling(), "no new Pulling event")
+	assert.Greater(t, present(), present0, "the kubelet's syncs found the volume's image present (events of it)")
+	if m.proxy {
+		assert.Equal(t, before.servePulls, after.servePulls, "PullImage requests serve received")
+		assert.GreaterOrEqual(t, after.proven-before.proven, 2.0, "presence checks serve answered from the pod's proof")
+	}
+	t.Logf("in one minute: the kubelet's ImageStatus calls %+.0f, PullImage %+.0f; serve's PullImage %+.0f, proven %+.0f; events Pulling %d -> %d, already present %d -> %d",
+		after.kubeletStatuses-before.kubeletStatuses, after.kubeletPulls-before.kubeletPulls, after.servePulls-before.servePulls,
+		after.proven-before.proven, pulling0, pulling(), present0, present())
+
+	t.Run("the same image volume with pullPolicy Never", func(t *testing.T) {
+		from := w.mark(t)
+		o, err := c.run(ctx, withImageVolume(pod(a.ns, "vol-never", img.agent, never, withSecret), img.data, never))
+		require.NoError(t, err)
+		defer func() { assert.NoError(t, c.remove(ctx, a.ns, "vol-never")) }()
+		if m.proxy {
+			// The documented difference: a Never pod cannot show its
+			// credentials through the CRI.
+			assert.Equal(t, "ErrImageNeverPull", o.state, o.message)
+			_, err = c.awaitEvent(ctx, a.ns, "vol-never", "ErrImageNeverPull", img.data)
+			assert.NoError(t, err)
+		} else {
+			assert.Equal(t, want, o.state, o.message)
+			_, err = c.awaitEvent(ctx, a.ns, "vol-never", "Pulled", "Container image \""+img.data+"\" already present on machine and can be accessed by the pod")
+			assert.NoError(t, err)
+		}
+		assert.Zero(t, w.since(t, from, "").total, "Never makes no registry request")
+	})
+}
