@@ -35,6 +35,7 @@ func (disabled) RecordPullIntent(string) error                                 {
 func (disabled) RecordImagePulled(string, string, credential.Credential) error { return nil }
 func (disabled) RecordImagePullFailed(string) error                            { return nil }
 func (disabled) PruneImages([]Image, time.Time) (int, error)                   { return 0, nil }
+func (disabled) PruneImage(string, time.Time) (bool, error)                    { return false, nil }
 func (disabled) ForgetSecret(string, string, string) error                     { return nil }
 func (disabled) ForgetServiceAccount(string, string, string) error {
 	return nil

@@ -277,6 +277,49 @@ func TestPruneImages(t *testing.T) {
 	assert.Len(t, e.tr.Records(), 2, "the pruning is durable")
 }
 
+// TestPruneImage: the record of one removed image goes, durably, at a
+// cost that does not depend on the other records; a record written at or
+// after the removal was asked (a pull that finished meanwhile) stays, and
+// so does every other record.
+func TestPruneImage(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		ref         string
+		afterPull   time.Duration // removedAt, after the last pull
+		wantRemoved bool
+		wantRefs    []string
+	}{
+		{name: "removed image", ref: refApp, afterPull: time.Second, wantRemoved: true, wantRefs: []string{refBase}},
+		{name: "pulled again when the removal was asked", ref: refBase, afterPull: 0, wantRefs: []string{refApp, refBase}},
+		{name: "no record", ref: refOther, afterPull: time.Second, wantRefs: []string{refApp, refBase}},
+		{name: "not an image ref", ref: "", afterPull: time.Second, wantRefs: []string{refApp, refBase}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, credtracker.Config{})
+			secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+			e.pull(appImage, refApp, secret)
+			e.pull("registry.example/team-a/base:1", refBase, secret)
+			removedAt := e.clock.Now().Add(tc.afterPull)
+			e.clock.Step(2 * time.Second)
+
+			removed, err := e.tr.PruneImage(tc.ref, removedAt)
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantRemoved, removed)
+			refsOf := func() []string {
+				refs := []string{}
+				for _, r := range e.tr.Records() {
+					refs = append(refs, r.ImageRef)
+				}
+				return refs
+			}
+			assert.Equal(t, tc.wantRefs, refsOf())
+			assert.Equal(t, len(tc.wantRefs), e.tr.Status().Records)
+			e.restart()
+			assert.Equal(t, tc.wantRefs, refsOf(), "durable")
+		})
+	}
+}
+
 func TestForget(t *testing.T) {
 	tests := []struct {
 		name       string

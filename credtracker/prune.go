@@ -37,6 +37,23 @@ func (t *tracker) PruneImages(present []Image, listedAt time.Time) (int, error) 
 	return len(del), nil
 }
 
+func (t *tracker) PruneImage(imageRef string, removedAt time.Time) (bool, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	g, ok := t.images.loadGroup(imageRef)
+	if !ok || g.updated() >= unixNano(removedAt) {
+		return false, nil
+	}
+	t.images.delete(imageRef)
+	t.setMemoryCount(t.count.Add(-1))
+	if err := t.write("prune", func() error { return t.store.apply(nil, []string{imageRef}, nil) }); err != nil {
+		return true, fmt.Errorf("failed to remove the record of removed image %s from the store: %w", imageRef, err)
+	}
+	t.setDiskCount(t.diskCount - 1)
+	t.logger.V(2).Info("Pruned the record of a removed image", "imageRef", imageRef)
+	return true, nil
+}
+
 func (t *tracker) ForgetSecret(namespace, name, uid string) error {
 	return t.forget(fmt.Sprintf("secret %s/%s", namespace, name),
 		func(e SecretEntry) bool { return e.Namespace == namespace && e.Name == name && e.UID == uid },

@@ -46,6 +46,12 @@ type Pruner interface {
 	// garbage collection). Records written at or after listedAt are kept,
 	// so a pull that finished after the list was taken is not forgotten.
 	PruneImages(present []Image, listedAt time.Time) (removed int, err error)
+	// PruneImage removes the record of one image ref that the runtime
+	// removed (image garbage collection by image ID), unless it was written
+	// at or after removedAt (the time the removal was asked), so a pull
+	// that finished meanwhile is not forgotten. Its cost does not depend on
+	// the number of records or images; PruneImages catches what it misses.
+	PruneImage(imageRef string, removedAt time.Time) (removed bool, err error)
 	// ForgetSecret removes the entries of a deleted Secret.
 	ForgetSecret(namespace, name, uid string) error
 	// ForgetServiceAccount removes the entries of a deleted ServiceAccount.

@@ -10,13 +10,17 @@ import (
 )
 
 // RemoveImage removes an image from the runtime (image garbage collection)
-// and then prunes the tracker's records of images no longer present.
+// and then the tracker's record of it (guardedpull.Remove: its cost does not
+// depend on the number of images; PruneRecords catches what it misses).
 func (m *Manager) RemoveImage(ctx context.Context, imageRef string) error {
-	if err := m.images.RemoveImage(ctx, &runtimeapi.ImageSpec{Image: imageRef}); err != nil {
+	id, err := guardedpull.Remove(ctx, m.images, m.tracker, &runtimeapi.ImageSpec{Image: imageRef}, m.clock.Now())
+	if err != nil {
 		return fmt.Errorf("failed to remove image %s: %w", imageRef, err)
 	}
-	_, err := m.PruneRecords(ctx)
-	return err
+	if id != "" {
+		m.logger.V(2).Info("Pruned the record of a removed image", "image", imageRef, "imageRef", id)
+	}
+	return nil
 }
 
 // PruneRecords lists the runtime's images and removes the tracker's

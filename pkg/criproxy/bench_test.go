@@ -2,6 +2,7 @@ package criproxy_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -107,4 +108,52 @@ func BenchmarkProxy(b *testing.B) {
 			_, _ = client.ImageStatus(ctx, spec, false)
 		}
 	})
+}
+
+// BenchmarkGCBurst is the kubelet's image garbage collection behind serve:
+// 500 removals by image ID among 5 000 images, each with a record (the
+// fake runtime, in process; the server called directly). One op is the
+// whole burst. "per-removal-prune" is what a removal cost before issue 22:
+// the runtime's removal, then a listing of every image and a prune of
+// every record (Server.Prune); "by-id" is RemoveImage now (the record of
+// the removed image only).
+func BenchmarkGCBurst(b *testing.B) {
+	const images, removals = 5000, 500
+	ctx := context.Background()
+	for _, mode := range []string{"per-removal-prune", "by-id"} {
+		b.Run(mode, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				fake := newFakeBackend()
+				pulls := make([]credtracker.ImportedPull, images)
+				for i := range images {
+					name := fmt.Sprintf("%s/team-%d/app-%d:v1", reg, i%50, i)
+					fake.preload(b, id(i+1), name)
+					pulls[i] = credtracker.ImportedPull{Image: name, ImageRef: id(i + 1)}
+				}
+				tr, err := credtracker.New(ctx, credtracker.Config{Dir: b.TempDir()}, guardedpull.Inventory(fake))
+				require.NoError(b, err)
+				require.NoError(b, tr.(credtracker.Importer).Import(pulls, nil, ""))
+				srv, err := criproxy.New(fake, tr, tr.Hasher(), criproxy.WithPruneInterval(time.Hour))
+				require.NoError(b, err)
+				b.StartTimer()
+				for i := range removals {
+					spec := &runtimeapi.ImageSpec{Image: id(i + 1)}
+					if mode == "by-id" {
+						_, err = srv.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec})
+					} else if err = fake.RemoveImage(ctx, spec); err == nil {
+						_, err = srv.Prune(ctx)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				require.Equal(b, images-removals, tr.Status().Records, "every removed image's record went")
+				require.NoError(b, tr.Close())
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*removals), "µs/removal")
+		})
+	}
 }

@@ -220,24 +220,27 @@ func (s *Server) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoReque
 	return resp, nil
 }
 
-// RemoveImage removes the image through the backend, then prunes the
-// records of every image no longer present (image garbage collection).
-// A failed prune is logged: the records of an absent image grant nothing,
-// and the next removal prunes again.
+// RemoveImage removes the image through the backend, then prunes that
+// image's record (image garbage collection; guardedpull.Remove), at a cost
+// that does not depend on the number of images: a GC pass that removes k
+// images costs k removals, not k listings. A failed prune is logged: the
+// record of an absent image grants nothing, and the full prune (a
+// ListImages, at most once per prune interval) catches it.
 func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	defer observe("RemoveImage", time.Now())
 	if req.GetImage().GetImage() == "" {
 		return nil, invalid("RemoveImage: image is required")
 	}
-	if err := s.backend.RemoveImage(ctx, req.GetImage()); err != nil {
+	id, err := guardedpull.Remove(ctx, s.backend, s.tracker, req.GetImage(), s.clock.Now())
+	switch {
+	case errors.Is(err, guardedpull.ErrPrune):
+		s.logger.Error(err, "Failed to prune the record of a removed image", "image", req.GetImage().GetImage())
+	case err != nil:
 		return nil, backendError("RemoveImage", err)
+	case id != "":
+		s.logger.V(2).Info("Pruned the record of a removed image", "image", req.GetImage().GetImage(), "imageRef", id)
 	}
 	s.calls.forgetStatuses()
-	if n, err := s.Prune(ctx); err != nil {
-		s.logger.Error(err, "Failed to prune the records of removed images", "image", req.GetImage().GetImage())
-	} else if n > 0 {
-		s.logger.V(2).Info("Pruned the records of removed images", "image", req.GetImage().GetImage(), "records", n)
-	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
