@@ -43,9 +43,9 @@ e2e:
 
 ## e2e-kubelet: the multi-tenant scenarios under the upstream kubelet and
 ## kube-apiserver (test/kubelet, a module of its own: the product module
-## never imports k8s.io/kubernetes). The first run builds both into the Go
-## module cache (about 6 minutes on an idle 2-core machine), later runs take
-## about 3 minutes; see docs/testing.md.
+## never imports k8s.io/kubernetes). The first run builds both, and
+## containerd v2.2.9, into the Go module cache (about 6 minutes on an idle
+## 2-core machine, and 3-5 more for containerd); see docs/testing.md.
 e2e-kubelet:
 	cd test/kubelet && $(GO) test -count=1 -v -timeout 45m .
 

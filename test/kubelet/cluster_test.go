@@ -80,10 +80,10 @@ func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, prel
 	t.Cleanup(c.reg.close)
 	c.reg.setUser(adminUser, newSecret("admin"))
 
-	c.ctrd, err = startContainerd(ctx, c.mkdir("containerd"))
+	c.ctrd, err = startContainerd(ctx, c.mkdir("containerd"), bins.containerd)
 	require.NoError(t, err)
 	t.Cleanup(c.ctrd.stop)
-	require.NoError(t, importSandbox(ctx, c.dir, c.ctrd.socket, bins.pauseBytes))
+	require.NoError(t, importSandbox(ctx, c.dir, c.ctrd, bins.pauseBytes))
 	if preload != nil {
 		preload(c)
 	}

@@ -7,46 +7,116 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// containerdVersion is the containerd the harness builds (from
+// github.com/containerd/containerd/v2 through the Go module proxy) and
+// runs: image volumes (KEP-4639) need 2.1 or later; Debian's package is
+// 1.6.
+const containerdVersion = "v2.2.9"
+
+// containerdCommands are the commands the harness builds: the daemon, its
+// runc shim and ctr, which imports the sandbox image.
+var containerdCommands = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+
+// buildContainerd returns the directory of containerd's commands, built
+// once per version into the module cache (as buildKube does) and reused
+// while each reports containerdVersion. `go install cmd@version` builds
+// them with containerd's own go.mod, not this module's: its dependencies
+// never meet the kubelet's. CGO off (static, as containerd's releases
+// build the shim) leaves out the btrfs snapshotter, which needs cgo.
+func buildContainerd(t *testing.T) string {
+	t.Helper()
+	dir := cachedBinaries(t, "containerd-"+containerdVersion)
+	var missing []string
+	for _, name := range containerdCommands {
+		// -v: each prints its version (the shim knows no --version).
+		out, err := exec.Command(filepath.Join(dir, name), "-v").CombinedOutput()
+		if err != nil || !slices.Contains(strings.Fields(string(out)), containerdVersion) {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) == 0 {
+		return dir
+	}
+	start := time.Now()
+	tmp, err := os.MkdirTemp(dir, "build-")
+	require.NoError(t, err)
+	defer os.RemoveAll(tmp)
+	args := []string{"install", "-tags", "no_btrfs",
+		"-ldflags", "-X github.com/containerd/containerd/v2/version.Version=" + containerdVersion}
+	for _, name := range missing {
+		args = append(args, "github.com/containerd/containerd/v2/cmd/"+name+"@"+containerdVersion)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = tmp // outside this module: cmd@version ignores it anyway
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go %v: %s", args, out)
+	for _, name := range missing {
+		require.NoError(t, os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)))
+	}
+	t.Logf("built %v %s in %s (cached in %s)", missing, containerdVersion, time.Since(start).Round(time.Second), dir)
+	return dir
+}
+
 // containerd is a private containerd: its own configuration, root, state
 // and socket, with the CRI settings a kubelet needs on this machine.
 type containerd struct {
 	dir    string
+	bin    string // the directory of containerdCommands
 	socket string
 	out    *output
 	proc   *child
 }
 
-func startContainerd(ctx context.Context, dir string) (*containerd, error) {
-	c := &containerd{dir: dir, socket: filepath.Join(dir, "c.sock")}
+// startContainerd starts the containerd of bin (buildContainerd's
+// directory) with a version 3 configuration.
+func startContainerd(ctx context.Context, dir, bin string) (*containerd, error) {
+	c := &containerd{dir: dir, bin: bin, socket: filepath.Join(dir, "c.sock")}
 	// restrict_oom_score_adj: this VM withholds CAP_SYS_RESOURCE even from
 	// root, so runc may not lower a sandbox's OOM score.
-	cfg := fmt.Sprintf(`version = 2
+	// unpack_config: the transfer service, through which the CRI and ctr
+	// pull and import, unpacks only for the snapshotters listed there
+	// (by default overlayfs alone).
+	// NRI off: it would listen on the fixed /var/run/nri/nri.sock.
+	cfg := fmt.Sprintf(`version = 3
 root = %q
 state = %q
 [grpc]
   address = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
+[plugins."io.containerd.nri.v1.nri"]
+  disable = true
+[[plugins."io.containerd.transfer.v1.local".unpack_config]]
+  platform = "linux/amd64"
+  snapshotter = "native"
 [plugins."io.containerd.grpc.v1.cri"]
   disable_tcp_service = true
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
+[plugins."io.containerd.cri.v1.runtime"]
   restrict_oom_score_adj = true
-  sandbox_image = %q
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "native"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "native"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %q
 `, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, filepath.Join(dir, "opt"), sandboxImage)
 	path := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -56,7 +126,15 @@ state = %q
 	if c.out, err = newOutput(filepath.Join(dir, "containerd.log")); err != nil {
 		return nil, err
 	}
-	if c.proc, err = spawn(c.out, nil, "containerd", "--config", path); err != nil {
+	// containerd looks its shim up in PATH before its own directory:
+	// bin first, or Debian's 1.6 shim would run.
+	env := []string{"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH")}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	if c.proc, err = spawn(c.out, env, filepath.Join(bin, "containerd"), "--config", path); err != nil {
 		return nil, err
 	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -92,35 +170,41 @@ func (c *containerd) preload(ctx context.Context, image, user, password string) 
 	return err
 }
 
-// processUID is the uid containerd runs a container's process as: the
-// runtimeSpec.process.user.uid in the "info" of the verbose CRI
+// runtimeSpec is the part of a container's OCI spec the test reads.
+type runtimeSpec struct {
+	Process *struct {
+		User struct {
+			UID uint32 `json:"uid"`
+		} `json:"user"`
+	} `json:"process"`
+	Mounts []struct {
+		Destination string `json:"destination"`
+		Source      string `json:"source"`
+	} `json:"mounts"`
+}
+
+// runtimeSpec is the runtimeSpec in the "info" of the verbose CRI
 // ContainerStatus, asked on containerd's own socket.
-func (c *containerd) processUID(ctx context.Context, id string) (uint32, error) {
+func (c *containerd) runtimeSpec(ctx context.Context, id string) (*runtimeSpec, error) {
 	rt, _, done, err := c.cri(ctx)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer done()
 	resp, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
 	if err != nil {
-		return 0, fmt.Errorf("container status %s: %w", id, err)
+		return nil, fmt.Errorf("container status %s: %w", id, err)
 	}
 	var info struct {
-		RuntimeSpec *struct {
-			Process *struct {
-				User struct {
-					UID uint32 `json:"uid"`
-				} `json:"user"`
-			} `json:"process"`
-		} `json:"runtimeSpec"`
+		RuntimeSpec *runtimeSpec `json:"runtimeSpec"`
 	}
 	if err := json.Unmarshal([]byte(resp.GetInfo()["info"]), &info); err != nil {
-		return 0, fmt.Errorf("container status %s: info: %w", id, err)
+		return nil, fmt.Errorf("container status %s: info: %w", id, err)
 	}
 	if info.RuntimeSpec == nil || info.RuntimeSpec.Process == nil {
-		return 0, fmt.Errorf("container status %s: no runtimeSpec.process in its info", id)
+		return nil, fmt.Errorf("container status %s: no runtimeSpec.process in its info", id)
 	}
-	return info.RuntimeSpec.Process.User.UID, nil
+	return info.RuntimeSpec, nil
 }
 
 // supportsImageVolumes reports whether this containerd mounts image

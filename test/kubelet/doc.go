@@ -1,6 +1,8 @@
 // Package kubelet is pullguard's end-to-end test with the upstream kubelet
 // and kube-apiserver (built from k8s.io/kubernetes at the version go.mod
-// requires), etcd, a private containerd and the Debian docker-registry.
+// requires), etcd, a private containerd (built from
+// github.com/containerd/containerd/v2 at containerdVersion) and the Debian
+// docker-registry.
 //
 // It is a module of its own so that pullguard's module never imports
 // k8s.io/kubernetes. Run it with `make e2e-kubelet` (root, Linux). See

@@ -95,7 +95,7 @@ func runAs(img v1.Image, user string) (v1.Image, error) {
 
 // importSandbox writes the sandbox image as a tarball and imports it into
 // containerd's k8s.io namespace, unpacked for the native snapshotter.
-func importSandbox(ctx context.Context, dir, socket string, pause []byte) error {
+func importSandbox(ctx context.Context, dir string, ctrd *containerd, pause []byte) error {
 	img, err := image(pause, "")
 	if err != nil {
 		return err
@@ -108,7 +108,7 @@ func importSandbox(ctx context.Context, dir, socket string, pause []byte) error 
 	if err := tarball.WriteToFile(path, ref, img); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	cmd := exec.CommandContext(ctx, "ctr", "-a", socket, "-n", "k8s.io", "images", "import", "--snapshotter", "native", path)
+	cmd := exec.CommandContext(ctx, filepath.Join(ctrd.bin, "ctr"), "-a", ctrd.socket, "-n", "k8s.io", "images", "import", "--snapshotter", "native", path)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("ctr images import %s: %w\n%s", path, err, b)
 	}

@@ -2,6 +2,8 @@ package kubelet
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -47,11 +49,30 @@ func imageUser(t *testing.T, w *world) {
 
 // processUID is the uid containerd runs the pod's container as.
 func (w *world) processUID(t *testing.T, ns, name string) uint32 {
+	return w.runtimeSpec(t, ns, name).Process.User.UID
+}
+
+// volumeFile reads, on the host, file in the source of the pod's
+// container's mount at dest.
+func (w *world) volumeFile(t *testing.T, ns, name, dest, file string) string {
+	for _, mnt := range w.runtimeSpec(t, ns, name).Mounts {
+		if mnt.Destination == dest {
+			b, err := os.ReadFile(filepath.Join(mnt.Source, file))
+			require.NoError(t, err)
+			return string(b)
+		}
+	}
+	require.FailNow(t, "no mount", "the container of %s/%s has no mount at %s", ns, name, dest)
+	return ""
+}
+
+// runtimeSpec is the OCI spec containerd made for the pod's container.
+func (w *world) runtimeSpec(t *testing.T, ns, name string) *runtimeSpec {
 	id, err := w.c.containerID(w.ctx, ns, name)
 	require.NoError(t, err)
-	uid, err := w.c.ctrd.processUID(w.ctx, id)
+	spec, err := w.c.ctrd.runtimeSpec(w.ctx, id)
 	require.NoError(t, err)
-	return uid
+	return spec
 }
 
 // presentWhilePulling: a Never pod of a preloaded public image
@@ -132,33 +153,24 @@ func alwaysAfterRotation(t *testing.T, w *world) {
 
 // imageVolumeSyncs: the kubelet ensures a pod's image volumes at every
 // sync (SyncPod, every syncFrequency, 5 s here, and at every event of the
-// pod). A pod of tenant A with an IfNotPresent image volume pulls it once
-// and no more over a minute. The same volume with pullPolicy Never in a
-// new pod of A: the kubelet's own implementation accepts A's secret;
-// behind serve it is ErrImageNeverPull (the documented difference
-// "Never pods' credentials").
+// pod). A pod of tenant A with an IfNotPresent image volume pulls it once,
+// runs with the image's files at /data, and pulls no more over a minute.
+// The same volume with pullPolicy Never in a new pod of A: the kubelet's
+// own implementation accepts A's secret and the pod runs; behind serve it
+// is ErrImageNeverPull (the documented difference "Never pods'
+// credentials").
 func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	ctx, c, img, a := w.ctx, w.c, w.img, w.a
 	mounts, version, err := c.ctrd.supportsImageVolumes(ctx)
 	require.NoError(t, err)
-	// What the container comes to once its image volume is ensured.
-	want := "Running"
-	if !mounts {
-		want = "CreateContainerError"
-		t.Logf("containerd %s does not mount image volumes (2.1 and later do): the pod's container cannot be created, and the kubelet still ensures the volume's image at every sync", version)
-	}
+	require.True(t, mounts, "containerd %s does not mount image volumes (2.1 and later do)", version)
 
 	from := w.mark(t)
 	o, err := c.run(ctx, withImageVolume(pod(a.ns, "vol-1", img.agent, never, withSecret), img.data, ifNotPresent))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.remove(ctx, a.ns, "vol-1")) }()
-	require.Equal(t, want, o.state, o.message)
-	if !mounts {
-		// The volume's mount reaches containerd with an image and no host
-		// path; containerd before 2.1 knows no image and creates the host
-		// path "".
-		assert.Contains(t, o.message, `failed to mkdir ""`)
-	}
+	require.Equal(t, "Running", o.state, o.message)
+	assert.Equal(t, "data", w.volumeFile(t, a.ns, "vol-1", "/data", "seed"), "the volume holds the image's files")
 	tr := w.since(t, from, "team-a/data")
 	assert.Positive(t, tr.blobs, "the volume's layers came down")
 	_, err = c.awaitEvent(ctx, a.ns, "vol-1", "Pulled", "Successfully pulled image \""+img.data+"\"")
@@ -225,7 +237,7 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 			_, err = c.awaitEvent(ctx, a.ns, "vol-never", "ErrImageNeverPull", img.data)
 			assert.NoError(t, err)
 		} else {
-			assert.Equal(t, want, o.state, o.message)
+			assert.Equal(t, "Running", o.state, o.message)
 			_, err = c.awaitEvent(ctx, a.ns, "vol-never", "Pulled", "Container image \""+img.data+"\" already present on machine and can be accessed by the pod")
 			assert.NoError(t, err)
 		}

@@ -25,6 +25,7 @@ const adminUser = "e2e-admin"
 // binaries are the programs a cluster runs.
 type binaries struct {
 	kubelet, apiserver string
+	containerd         string // the directory of containerdCommands
 	pullguard          string // "" when `pullguard serve` is not available
 	noServe            string // why, then
 	pauseBytes         []byte
@@ -51,8 +52,8 @@ func prerequisites(t *testing.T) {
 	if len(missingTools()) == 0 {
 		return
 	}
-	t.Logf("installing containerd runc docker-registry etcd-server (missing: %v)", missingTools())
-	for _, args := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "containerd", "runc", "docker-registry", "etcd-server"}} {
+	t.Logf("installing runc docker-registry etcd-server (missing: %v)", missingTools())
+	for _, args := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "runc", "docker-registry", "etcd-server"}} {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -66,7 +67,8 @@ func prerequisites(t *testing.T) {
 
 func missingTools() []string {
 	var missing []string
-	for _, tool := range []string{"containerd", "runc", "ctr", "etcd", "/usr/bin/docker-registry"} {
+	// containerd is not among them: buildContainerd builds it.
+	for _, tool := range []string{"runc", "etcd", "/usr/bin/docker-registry"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, filepath.Base(tool))
 		}
@@ -177,14 +179,22 @@ func keepFixedPaths(t *testing.T, podLogs func() []string) {
 	})
 }
 
+// cachedBinaries is the directory, created if need be, of the binaries the
+// test builds once per version: under the module cache, which CI caches.
+func cachedBinaries(t *testing.T, version string) string {
+	t.Helper()
+	gomodcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	require.NoError(t, err)
+	dir := filepath.Join(strings.TrimSpace(string(gomodcache)), "cache", "pullguard-e2e", version)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	return dir
+}
+
 // buildKube returns the kubelet and kube-apiserver, built once per
 // version into the module cache (CI caches it), so later runs reuse them.
 func buildKube(t *testing.T) (kubelet, apiserver string) {
 	t.Helper()
-	gomodcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
-	require.NoError(t, err)
-	dir := filepath.Join(strings.TrimSpace(string(gomodcache)), "cache", "pullguard-e2e", kubeVersion)
-	require.NoError(t, os.MkdirAll(dir, 0o755))
+	dir := cachedBinaries(t, kubeVersion)
 	// Only -X: -w would also turn off DWARF in the compiler, which misses
 	// the Go build cache of every package.
 	ldflags := strings.Join([]string{
@@ -262,6 +272,7 @@ func prepare(t *testing.T) (binaries, *[]string) {
 	start := time.Now()
 	var b binaries
 	b.kubelet, b.apiserver = buildKube(t)
+	b.containerd = buildContainerd(t)
 	dir := t.TempDir()
 	b.pullguard, b.noServe = buildPullguard(t, dir)
 	pause := filepath.Join(dir, "pause")
