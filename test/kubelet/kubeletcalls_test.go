@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -33,6 +34,10 @@ func imageUser(t *testing.T, w *world) {
 		tr := w.since(t, from, "team-a/nonroot")
 		assert.Positive(t, tr.blobs, "the first pod pulls the layers")
 		assert.EqualValues(t, imageUID, w.processUID(t, a.ns, "nonroot-1"))
+		// The puller's size look-up right after the pull (GetImageSize)
+		// sees the image: a hidden one reads "Image size: 0 bytes".
+		_, err := w.c.awaitEventMatching(w.ctx, a.ns, "nonroot-1", "Pulled", regexp.MustCompile(`Image size: [1-9][0-9]* bytes`))
+		assert.NoError(t, err, "the Pulled event gives the image's size")
 	})
 	t.Run("runAsNonRoot, a second pod", func(t *testing.T) {
 		w.freeRun(t, runAsNonRoot(pod(a.ns, "nonroot-2", img.nonRoot, ifNotPresent, withSecret)))
