@@ -305,7 +305,7 @@ func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential
 	}
 	k := p.key(image, pod)
 	delete(p.open, k) // the presence check's pull is done
-	if owner, ok := p.owners[pod]; ok && owner != uid || uid == "" {
+	if owner, seen := p.owners[pod]; uid == "" || (seen && owner != uid) {
 		if !p.collided[pod] {
 			if len(p.collided) >= maxWindows {
 				clear(p.collided) // a collision is rare: a clock too coarse is caught at the start

@@ -205,7 +205,7 @@ func lookupKey(idx *imageIndex, spec *runtimeapi.ImageSpec) (string, error) {
 	if spec == nil || spec.Image == "" {
 		return "", fmt.Errorf("%w: no image given", ErrInvalidReference)
 	}
-	if _, ok := idx.Names[spec.Image]; ok || isImageID(spec.Image) {
+	if _, ok := idx.Names[spec.Image]; ok || IsImageID(spec.Image) {
 		return spec.Image, nil
 	}
 	return NormalizeImage(spec.Image)

@@ -158,7 +158,7 @@ func (idx *imageIndex) lookup(idOrName string) *image {
 	if top, ok := idx.Names[idOrName]; ok {
 		return idx.byID[idx.Targets[top].Config]
 	}
-	if isImageID(idOrName) {
+	if IsImageID(idOrName) {
 		h, _ := v1.NewHash(idOrName)
 		return idx.byID[h]
 	}

@@ -43,7 +43,7 @@ func parseReference(image string) (name.Reference, error) {
 	if image == "" {
 		return nil, fmt.Errorf("%w: empty image name", ErrInvalidReference)
 	}
-	if isImageID(image) {
+	if IsImageID(image) {
 		return nil, fmt.Errorf("%w: %q is an image ID, not a name", ErrInvalidReference, image)
 	}
 	ref, err := name.ParseReference(image)
@@ -84,8 +84,8 @@ func digestName(repo name.Repository, d v1.Hash) string {
 // isDigestName says whether a canonical name is a RepoDigests entry.
 func isDigestName(n string) bool { return strings.Contains(n, "@") }
 
-// isImageID says whether s has the form of an image ID ("sha256:<64 hex>").
-func isImageID(s string) bool {
+// IsImageID says whether s has the form of an image ID ("sha256:<64 hex>").
+func IsImageID(s string) bool {
 	h, err := v1.NewHash(s)
 	return err == nil && h.Algorithm == "sha256"
 }

@@ -66,7 +66,7 @@ type ImageRemover interface {
 // is gone but its record's removal could not be stored.
 func Remove(ctx context.Context, images ImageRemover, tracker credtracker.Pruner, spec *runtimeapi.ImageSpec, removedAt time.Time) (string, error) {
 	id := spec.GetImage()
-	if !isImageID(id) {
+	if !criruntime.IsImageID(id) {
 		st, err := images.ImageStatus(ctx, spec, false)
 		if err != nil {
 			return "", fmt.Errorf("failed to find the image to remove: %w", err)
@@ -87,19 +87,4 @@ func Remove(ctx context.Context, images ImageRemover, tracker credtracker.Pruner
 		return "", nil
 	}
 	return id, nil
-}
-
-// isImageID reports whether s is an image ID as runtimes give them:
-// "sha256:" and 64 lower-case hex digits.
-func isImageID(s string) bool {
-	const prefix = "sha256:"
-	if len(s) != len(prefix)+64 || s[:len(prefix)] != prefix {
-		return false
-	}
-	for _, c := range s[len(prefix):] {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
