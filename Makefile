@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet bench bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-kubelet bench bench-kubelet bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -50,6 +50,18 @@ e2e-kubelet:
 ## bench: the benchmarks recorded in docs/benchmarks.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## bench-kubelet: pod start-up (PODS pods created at once, of present
+## images and of images a tenant must verify) and a reboot storm (200
+## containers of 40 images), under the real kubelet with its own gate and
+## behind pullguard serve, in alternating rounds of one run; prints the
+## tables of docs/benchmarks.md ("serve on a node"). As root; not part of
+## `make test` (about 15 minutes).
+PODS ?= 50
+ROUNDS ?= 3
+bench-kubelet:
+	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) \
+	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
 
 ## bench-upstream: pullguard's tracker beside the upstream kubelet's pull
 ## manager (k8s.io/kubernetes, built as the kubelet builds it) on the same

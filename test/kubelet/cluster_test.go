@@ -29,6 +29,10 @@ type mode struct {
 	kubeletGate bool
 	// proxy puts `pullguard serve` between the kubelet and containerd.
 	proxy bool
+	// pullSettings are the kubelet's pull throttle and parallelism as
+	// configuration lines; empty: serializeImagePulls: true and the
+	// kubelet's defaults.
+	pullSettings string
 }
 
 // cluster is one node: etcd, kube-apiserver, a private containerd, the
@@ -253,6 +257,10 @@ func (c *cluster) writeKubeletConfig() {
 	if c.mode.proxy {
 		imageService = "unix://" + c.pgSocket()
 	}
+	pulls := c.mode.pullSettings
+	if pulls == "" {
+		pulls = "serializeImagePulls: true\n"
+	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 featureGates:
@@ -277,12 +285,11 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 podLogsDir: %q
 registerNode: true
-serializeImagePulls: true
-syncFrequency: 5s
+%ssyncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
 `, c.mode.kubeletGate, policy, "unix://"+c.ctrd.socket, imageService, port, hport,
-		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"))
+		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"), pulls)
 	path := filepath.Join(c.dir, "kubelet-config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	c.klArgs = []string{
