@@ -33,6 +33,9 @@ type mode struct {
 	// configuration lines; empty: serializeImagePulls: true and the
 	// kubelet's defaults.
 	pullSettings string
+	// kubeletArgs and serveArgs are added to the kubelet's and serve's
+	// command lines.
+	kubeletArgs, serveArgs []string
 }
 
 // cluster is one node: etcd, kube-apiserver, a private containerd, the
@@ -198,9 +201,9 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	require.NoError(t, err)
 	metrics := "127.0.0.1:" + strconv.Itoa(port)
 	c.pgMetrics = metrics
-	c.pg, err = spawn(out, nil, c.bins.pullguard, "serve",
-		"--listen", "unix://"+socket,
-		"--image-service-endpoint", "unix://"+c.ctrd.socket,
+	args := []string{"serve",
+		"--listen", "unix://" + socket,
+		"--image-service-endpoint", "unix://" + c.ctrd.socket,
 		"--root-dir", filepath.Join(c.dir, "pullguard"),
 		"--kubelet-root-dir", filepath.Join(c.dir, "kubelet"),
 		"--config", filepath.Join(c.dir, "kubelet-config.yaml"),
@@ -214,7 +217,8 @@ func (c *cluster) startPullguard(ctx context.Context) {
 		// record of.
 		"--unrecorded-images", "preloaded",
 		"--metrics-bind-address", metrics,
-		"-v", "2")
+		"-v", "2"}
+	c.pg, err = spawn(out, nil, c.bins.pullguard, append(args, c.mode.serveArgs...)...)
 	require.NoError(t, err)
 	pg := c.pg
 	t.Cleanup(func() { pg.stop(15 * time.Second) })
@@ -301,6 +305,7 @@ nodeStatusUpdateFrequency: 5s
 		"--node-ip", "127.0.0.1",
 		"-v", "2",
 	}
+	c.klArgs = append(c.klArgs, c.mode.kubeletArgs...)
 	var err2 error
 	c.klOut, err2 = newOutput(filepath.Join(c.dir, "kubelet.log"))
 	require.NoError(t, err2)
