@@ -73,7 +73,9 @@ func TestCachedNodeKeyringNextFile(t *testing.T) {
 		name  string
 		first func(t *testing.T, path string)
 	}{
-		{name: "corrupt", first: func(t *testing.T, p string) { writeFile(t, p, []byte(`{"auths":{"registry.example":{"password":"pw-node-Hh6"`)) }},
+		{name: "corrupt", first: func(t *testing.T, p string) {
+			writeFile(t, p, []byte(`{"auths":{"registry.example":{"password":"pw-node-Hh6"`))
+		}},
 		{name: "larger than the bound", first: func(t *testing.T, p string) { writeFile(t, p, huge) }},
 		{name: "a directory", first: func(t *testing.T, p string) { writeFile(t, filepath.Join(p, "x"), nil) }},
 	}
