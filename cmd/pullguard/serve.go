@@ -43,6 +43,8 @@ type serveOptions struct {
 	policy         string
 	metricsAddr    string
 	kubeletRootDir string
+	providerConfig string
+	providerBinDir string
 	unrecorded     string
 	grace          time.Duration
 	timeout        time.Duration
@@ -86,7 +88,9 @@ socket removed.`,
 	f.StringVar(&o.featureGates, "feature-gates", "", "feature gates, such as KubeletEnsureSecretPulledImages=false (a pass-through proxy)")
 	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10264", `address for /metrics and /healthz; "" or "0" turns them off`)
-	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
+	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start and whose config.json or .dockercfg is searched first for the node's credentials")
+	f.StringVar(&o.providerConfig, "image-credential-provider-config", "", "the kubelet's --image-credential-provider-config: its providers without tokenAttributes give node credentials (see docs/serve.md)")
+	f.StringVar(&o.providerBinDir, "image-credential-provider-bin-dir", "", "the kubelet's --image-credential-provider-bin-dir")
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
@@ -131,6 +135,9 @@ func (o *serveOptions) check() (checkedServe, error) {
 		return c, err
 	}
 	c.settings.Warnings = append(warnings, c.settings.Warnings...)
+	if _, err := o.nodeProviders(c.settings.Gates); err != nil {
+		return c, err
+	}
 	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
 		return c, fmt.Errorf("--unrecorded-images: %w", err)
 	}
@@ -188,7 +195,16 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}()
 
-	srv, err := criproxy.New(backend, tracker, hasher, o.proxyOptions(c, logger)...)
+	opts := o.proxyOptions(c, logger)
+	if c.settings.Gates.EnsureSecretPulledImages {
+		node, stopProviders, err := o.nodeKeyring(hasher, c.settings.Gates, logger)
+		if err != nil {
+			return err
+		}
+		defer stopProviders()
+		opts = append(opts, criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout))
+	}
+	srv, err := criproxy.New(backend, tracker, hasher, opts...)
 	if err != nil {
 		return err
 	}

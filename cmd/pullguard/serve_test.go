@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -179,6 +181,49 @@ func TestServeDrivenByRun(t *testing.T) {
 	assert.Contains(t, recs.stdout, "cri-auth-", "the store was closed cleanly and holds the CRI credential's entry")
 }
 
+// TestServeNodeCredentials: the node's docker config in the kubelet's
+// root directory holds alice's account. A pod with no pull secret pulls
+// with it (the kubelet's node keyring), and serve, reading the same file
+// from --kubelet-root-dir, records the pull as the kubelet does:
+// node-accessible, so tenant B's pods, Never included, get the image.
+func TestServeNodeCredentials(t *testing.T) {
+	w := newWorld(t)
+	dir := shortDir(t)
+	kubeletRoot := filepath.Join(dir, "kubelet")
+	require.NoError(t, os.MkdirAll(kubeletRoot, 0o700))
+	auth := base64.StdEncoding.EncodeToString([]byte("alice:" + passwords["alice"]))
+	require.NoError(t, os.WriteFile(filepath.Join(kubeletRoot, "config.json"), []byte(`{"auths":{"`+w.reg.Host()+`":{"auth":"`+auth+`"}}}`), 0o600))
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--kubelet-root-dir", kubeletRoot)
+
+	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", kubeletRoot,
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	require.Equal(t, 0, res.code, res.stderr)
+	for _, r := range decodeRun(t, res.stdout).Results {
+		assert.Empty(t, r.Error, "%s/%s: every pod may use an image the node's credential pulled", r.Pod, r.Container)
+	}
+	require.Equal(t, 0, d.stop(t))
+	assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
+	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	var doc struct {
+		Records []struct {
+			Repositories []struct {
+				Name           string `json:"name"`
+				NodeAccessible bool   `json:"nodeAccessible"`
+			} `json:"repositories"`
+		} `json:"records"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(recs.stdout), &doc))
+	free := map[string]bool{}
+	for _, r := range doc.Records {
+		for _, rr := range r.Repositories {
+			free[rr.Name] = rr.NodeAccessible
+		}
+	}
+	assert.True(t, free[w.reg.Host()+"/team-a/app"], "the node's credential pulled team-a/app: node-accessible")
+	assert.False(t, free[w.reg.Host()+"/public/tool"], "carol's own secret pulled public/tool: her entry, not the node's")
+}
+
 func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
 	dir := shortDir(t)
 	socket := filepath.Join(dir, "pg.sock")
@@ -235,6 +280,8 @@ featureGates:
 func TestServeBadInput(t *testing.T) {
 	dir := shortDir(t)
 	root := filepath.Join(dir, "root")
+	providerConfig := filepath.Join(dir, "cp.yaml")
+	require.NoError(t, os.WriteFile(providerConfig, []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: absent-plugin, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), 0o600))
 	tests := []struct {
 		name string
 		args []string
@@ -246,6 +293,8 @@ func TestServeBadInput(t *testing.T) {
 		{"forward to itself", []string{"--image-service-endpoint", "unix://" + filepath.Join(dir, "pg.sock")}, "forward to itself"},
 		{"bad unrecorded-images", []string{"--unrecorded-images", "maybe"}, "maybe"},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
+		{"provider config without bin dir", []string{"--image-credential-provider-config", providerConfig}, "--image-credential-provider-bin-dir is required"},
+		{"provider plugin missing", []string{"--image-credential-provider-config", providerConfig, "--image-credential-provider-bin-dir", dir}, "absent-plugin"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
