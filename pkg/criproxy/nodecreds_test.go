@@ -236,7 +236,7 @@ func TestNodePluginCredentials(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
 	require.NoError(t, os.Mkdir(bin, 0o755))
-	buildTestPlugin(t, bin, "node-plugin", "sa-plugin", "crash-plugin", "hang-plugin")
+	buildTestPlugin(t, bin, "node-plugin", "sa-plugin", "crash-plugin", "hang-plugin", "fixed-plugin")
 	runs := func(name string) string { return filepath.Join(dir, name+".runs") }
 	provider := func(name string, extra ...string) string {
 		args := append([]string{"-record", runs(name), "-auth-keys", "{registry}"}, extra...)
@@ -252,6 +252,8 @@ func TestNodePluginCredentials(t *testing.T) {
       serviceAccountTokenAudience: registry
       cacheType: ServiceAccount
       requireServiceAccount: false`
+	account := filepath.Join(dir, "account")
+	require.NoError(t, os.WriteFile(account, []byte(nodeUser+":"+nodePass+"\n"), 0o600))
 	image := reg + "/team-a/app:v1"
 	// The test plugin answers "user:<registry>" and "pass:<repository>".
 	user, pass := "user:"+reg, "pass:"+reg+"/team-a/app"
@@ -259,9 +261,10 @@ func TestNodePluginCredentials(t *testing.T) {
 	tests := []struct {
 		name      string
 		providers string
-		// kubeletPass is the password the kubelet's own run of the plugin
-		// gave it (a token-minting plugin gives each run another).
-		kubeletPass string
+		// kubeletUser and kubeletPass are what the kubelet's own run of
+		// the plugin gave it (a token-minting plugin gives each run
+		// another password); kubeletUser "" is the derived user.
+		kubeletUser, kubeletPass string
 		wantNode    bool
 		// wantRuns are the plugins run (nil: not checked, the run may not
 		// have started when the pull stops waiting).
@@ -271,13 +274,14 @@ func TestNodePluginCredentials(t *testing.T) {
 		timeout time.Duration
 	}{
 		{name: "the plugin's credential", providers: provider("sa-plugin", "-mode", "echo-sa") + saProvider + provider("node-plugin"), kubeletPass: pass, wantNode: true, wantRuns: []string{"node-plugin"}},
+		{name: "a static account served by a plugin", providers: provider("fixed-plugin", "-mode", "account", "-account", account), kubeletUser: nodeUser, kubeletPass: nodePass, wantNode: true, wantRuns: []string{"fixed-plugin"}},
 		{name: "a token minted for the kubelet's run, not serve's", providers: provider("node-plugin"), kubeletPass: "pass:minted-for-the-kubelet", wantRuns: []string{"node-plugin"}},
 		{name: "a plugin that fails", providers: provider("crash-plugin", "-mode", "crash"), kubeletPass: pass, wantRuns: []string{"crash-plugin"}},
 		{name: "a plugin that hangs", providers: provider("hang-plugin", "-mode", "hang", "-pidfile", filepath.Join(dir, "hang.pid")), kubeletPass: pass, timeout: 50 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, n := range []string{"node-plugin", "sa-plugin", "crash-plugin", "hang-plugin"} {
+			for _, n := range []string{"node-plugin", "sa-plugin", "crash-plugin", "hang-plugin", "fixed-plugin"} {
 				_ = os.Remove(runs(n))
 			}
 			cfgPath := filepath.Join(t.TempDir(), "provider-config.yaml")
@@ -293,8 +297,12 @@ func TestNodePluginCredentials(t *testing.T) {
 				timeout = time.Hour
 			}
 			e := newNodeEnv(t, nil, m.ForNode(), timeout)
-			e.fake.publish(t, image, id(1), user+":"+tc.kubeletPass)
-			_, err = e.newPod("team-a", nil).ensure(t, image, user, tc.kubeletPass)
+			kubeletUser := tc.kubeletUser
+			if kubeletUser == "" {
+				kubeletUser = user
+			}
+			e.fake.publish(t, image, id(1), kubeletUser+":"+tc.kubeletPass)
+			_, err = e.newPod("team-a", nil).ensure(t, image, kubeletUser, tc.kubeletPass)
 			require.NoError(t, err, "the pull never fails for the node keyring")
 			assert.Equal(t, tc.wantNode, e.nodeAccessible(t, image))
 			if tc.wantNode {
@@ -305,7 +313,7 @@ func TestNodePluginCredentials(t *testing.T) {
 				return
 			}
 			var ran []string
-			for _, n := range []string{"node-plugin", "sa-plugin", "crash-plugin", "hang-plugin"} {
+			for _, n := range []string{"node-plugin", "sa-plugin", "crash-plugin", "hang-plugin", "fixed-plugin"} {
 				if _, err := os.Stat(runs(n)); err == nil {
 					ran = append(ran, n)
 				}
