@@ -265,7 +265,7 @@ func TestNodePluginCredentials(t *testing.T) {
 		// the plugin gave it (a token-minting plugin gives each run
 		// another password); kubeletUser "" is the derived user.
 		kubeletUser, kubeletPass string
-		wantNode    bool
+		wantNode                 bool
 		// wantRuns are the plugins run (nil: not checked, the run may not
 		// have started when the pull stops waiting).
 		wantRuns []string
