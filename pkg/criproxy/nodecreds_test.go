@@ -322,3 +322,23 @@ func TestNodePluginCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestStaticPodPullsWithTheNodeCredential: a static pod (config.source
+// "file", no pull secret) is pulled with the node's credential; the image
+// is then every pod's, as under the kubelet.
+func TestStaticPodPullsWithTheNodeCredential(t *testing.T) {
+	image := reg + "/kube-system/proxy:v1"
+	e := newNodeEnv(t, dockerConfig(map[string]string{reg: nodeUser + ":" + nodePass}), nil, 0)
+	e.fake.publish(t, image, id(1), nodeUser+":"+nodePass)
+	static := e.newPod("kube-system", map[string]string{"kubernetes.io/config.hash": "0123abcd"})
+	static.ann["kubernetes.io/config.source"] = "file"
+	ref, err := static.ensure(t, image, nodeUser, nodePass)
+	require.NoError(t, err)
+	assert.Equal(t, id(1), ref)
+	assert.True(t, e.nodeAccessible(t, image))
+	_, _, pulls := e.fake.counts()
+	assert.Equal(t, id(1), e.newPod("team-b", nil).presence(t, image), "another tenant's Never pod gets it")
+	_, _, after := e.fake.counts()
+	assert.Equal(t, pulls, after, "with no pull")
+	e.assertNoLeak(t, nodePass)
+}
