@@ -82,6 +82,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand())
 	return root
 }
