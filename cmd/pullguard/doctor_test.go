@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 const (
@@ -32,6 +29,7 @@ maxParallelImagePulls: 10
 
 // doctorNode is a node for doctor: the kubelet's files, a fake serve (a
 // CRI image service on a unix socket and a /healthz), and a record store.
+// Its outputs are normalized to the node's own paths where it can be.
 type doctorNode struct {
 	dir, socket, healthz, root              string
 	kubeletConfig, kubeadmFlags, extraFlags string
@@ -43,8 +41,7 @@ type doctorNode struct {
 // none).
 func newDoctorNode(t *testing.T, config, kubeadm, extra, healthzBody, store string) *doctorNode {
 	t.Helper()
-	n := &doctorNode{dir: shortDir(t)}
-	n.socket = "unix://" + filepath.Join(n.dir, "pg.sock")
+	n := &doctorNode{dir: shortDir(t), socket: serveCRI(t, &listOnlyCRI{})}
 	write := func(name, content string) string {
 		path := filepath.Join(n.dir, name)
 		if content != "" {
@@ -56,12 +53,6 @@ func newDoctorNode(t *testing.T, config, kubeadm, extra, healthzBody, store stri
 	n.kubeadmFlags = write("kubeadm-flags.env", kubeadm)
 	n.extraFlags = write("kubelet.default", extra)
 
-	lis, err := net.Listen("unix", strings.TrimPrefix(n.socket, "unix://"))
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(srv, &listOnlyCRI{})
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(healthzBody)) }))
 	t.Cleanup(hs.Close)
 	n.healthz = strings.TrimPrefix(hs.URL, "http://")
@@ -84,6 +75,7 @@ func (n *doctorNode) doctor(t *testing.T, args ...string) cliResult {
 
 func (n *doctorNode) normalize(s string) string {
 	s = strings.ReplaceAll(s, n.healthz, "127.0.0.1:PORT")
+	s = strings.ReplaceAll(s, n.socket, "unix:///run/pullguard/pullguard.sock")
 	return strings.ReplaceAll(s, n.dir, "NODE")
 }
 
