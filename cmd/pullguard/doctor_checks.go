@@ -243,7 +243,10 @@ func (o *doctorOptions) checkProtection(ctx context.Context, add func(severity, 
 		add(severityProblem, "serve-protection", fmt.Sprintf("--serve-metrics-address %q: %v", o.serveMetrics, err), "")
 		return false
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// No proxy: /healthz is serve's, on this node.
+	client := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Do(req)
 	if err != nil {
 		add(severityProblem, "serve-protection", fmt.Sprintf("nothing answers %s: cannot tell whether serve protects", url),
 			fmt.Sprintf("pullguard.service ExecStart: `--metrics-bind-address %s` (or give doctor serve's address with --serve-metrics-address)", o.serveMetrics))
