@@ -138,7 +138,7 @@ func TestServeDrivenByRun(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "socket mode")
 	code, body := d.get(t, "/healthz")
 	assert.Equal(t, http.StatusOK, code)
-	assert.Equal(t, "ok", body)
+	assert.Equal(t, "ok: protecting (policy NeverVerifyPreloadedImages)", body)
 
 	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
 		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
@@ -259,7 +259,8 @@ func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
 }
 
 // TestServeReadsTheKubeletsConfig: serve reads the kubelet's own
-// configuration file, whose other feature gates and fields it ignores.
+// configuration file, whose feature gates and other fields it ignores: the
+// kubelet's gate off leaves serve's protection on.
 func TestServeReadsTheKubeletsConfig(t *testing.T) {
 	dir := shortDir(t)
 	cfg := filepath.Join(dir, "config.yaml")
@@ -272,9 +273,65 @@ featureGates:
   RotateKubeletServerCertificate: true
   KubeletEnsureSecretPulledImages: false
 `), 0o600))
-	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0", "--config", cfg)
-	assert.Contains(t, d.out.String(), "KubeletEnsureSecretPulledImages is off", "the file's gate is read")
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--config", cfg)
+	assert.NotContains(t, d.out.String(), "PASS-THROUGH", "the kubelet's gate is not serve's")
+	code, body := d.get(t, "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok: protecting (policy NeverVerifyPreloadedImages)", body)
 	require.Equal(t, 0, d.stop(t))
+	assert.FileExists(t, filepath.Join(d.root, "credtracker", "records.db"), "the protection keeps records")
+}
+
+// TestServePassThroughIsLoud: a pass-through only when serve's own flag
+// asks for it, and then said at start-up, on /healthz and in a metric.
+func TestServePassThroughIsLoud(t *testing.T) {
+	tests := []struct {
+		name        string
+		args        []string
+		wantHealthz string
+		wantGauge   string
+		wantWarning bool
+	}{
+		{
+			name:        "protecting by default",
+			wantHealthz: "ok: protecting (policy NeverVerifyPreloadedImages)",
+			wantGauge:   "pullguard_serve_protection_enabled 1",
+		},
+		{
+			name:        "policy flag",
+			args:        []string{"--image-pull-credentials-verification-policy", "AlwaysVerify"},
+			wantHealthz: "ok: protecting (policy AlwaysVerify)",
+			wantGauge:   "pullguard_serve_protection_enabled 1",
+		},
+		{
+			name:        "pass-through asked for",
+			args:        []string{"--feature-gates", "KubeletEnsureSecretPulledImages=false"},
+			wantHealthz: "ok: pass-through, the protection is OFF (--feature-gates KubeletEnsureSecretPulledImages=false)",
+			wantGauge:   "pullguard_serve_protection_enabled 0",
+			wantWarning: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := shortDir(t)
+			d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), append([]string{"--image-service-endpoint", "embedded"}, tt.args...)...)
+			code, body := d.get(t, "/healthz")
+			assert.Equal(t, http.StatusOK, code)
+			assert.Equal(t, tt.wantHealthz, body)
+			code, body = d.get(t, "/metrics")
+			assert.Equal(t, http.StatusOK, code)
+			assert.Contains(t, body, tt.wantGauge)
+			out := d.out.String()
+			if tt.wantWarning {
+				assert.Contains(t, out, "pullguard: WARNING: pass-through, the protection is OFF")
+				assert.Regexp(t, `(?m)^E\d{4} .*PASS-THROUGH: the protection is OFF`, out, "logged at error level")
+			} else {
+				assert.NotContains(t, out, "PASS-THROUGH")
+				assert.NotContains(t, out, "WARNING")
+			}
+			require.Equal(t, 0, d.stop(t))
+		})
+	}
 }
 
 func TestServeBadInput(t *testing.T) {
