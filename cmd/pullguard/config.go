@@ -44,12 +44,13 @@ func newConfigCheckCommand() *cobra.Command {
 	var output string
 	cmd := &cobra.Command{
 		Use:   "check FILE...",
-		Short: "Read each KubeletConfiguration file as run --config and serve --config read it",
-		Long: `check reads each file as a KubeletConfiguration, the way pullguard run --config
-and pullguard serve --config read the kubelet's file: strict decoding of the
-fields pullguard uses (featureGates, imagePullCredentialsVerificationPolicy,
+		Short: "Read each KubeletConfiguration file as the kubelet and run --config read it",
+		Long: `check reads each file as a KubeletConfiguration, the way the kubelet and
+pullguard run --config read it: strict decoding of the fields pullguard uses
+(featureGates, imagePullCredentialsVerificationPolicy,
 preloadedImagesVerificationAllowlist, the pull throttle and parallelism) and the
-kubelet's validation rules for them. It prints one line per file, "ok" or the
+kubelet's validation rules for them. (serve --config reads the same file but
+never the kubelet's featureGates: serve's protection is its own.) It prints one line per file, "ok" or the
 reason it is refused, and the warnings; the exit status is 1 if any file is
 refused. Run it before pointing pullguard at a changed file.
 

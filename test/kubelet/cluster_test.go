@@ -36,6 +36,10 @@ type mode struct {
 	// kubeletArgs and serveArgs are added to the kubelet's and serve's
 	// command lines.
 	kubeletArgs, serveArgs []string
+	// installed starts serve with the command line of
+	// deploy/systemd/pullguard.service, its paths moved under the test's
+	// directory (installedServe).
+	installed bool
 }
 
 // cluster is one node: etcd, kube-apiserver, a private containerd, the
@@ -218,6 +222,9 @@ func (c *cluster) startPullguard(ctx context.Context) {
 		"--unrecorded-images", "preloaded",
 		"--metrics-bind-address", metrics,
 		"-v", "2"}
+	if c.mode.installed {
+		args = c.installedServe(metrics)
+	}
 	c.pg, err = spawn(out, nil, c.bins.pullguard, append(args, c.mode.serveArgs...)...)
 	require.NoError(t, err)
 	pg := c.pg
@@ -242,6 +249,53 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	require.NoError(t, err, out.tail(30))
 }
 
+// installedServe is serve's command line in deploy/systemd/pullguard.service,
+// with each of its paths and addresses moved to this node's.
+func (c *cluster) installedServe(metrics string) []string {
+	t := c.t
+	unit, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "pullguard.service"))
+	require.NoError(t, err)
+	var line string
+	for _, l := range strings.Split(strings.ReplaceAll(string(unit), "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			line = rest
+		}
+	}
+	words := strings.Fields(line)
+	require.GreaterOrEqual(t, len(words), 2, "ExecStart in pullguard.service")
+	require.Equal(t, []string{"/usr/local/bin/pullguard", "serve"}, words[:2])
+	moved := map[string]string{
+		"--listen":                 "unix://" + c.pgSocket(),
+		"--image-service-endpoint": "unix://" + c.ctrd.socket,
+		"--root-dir":               filepath.Join(c.dir, "pullguard"),
+		"--config":                 filepath.Join(c.dir, "kubelet-config.yaml"),
+		"--kubelet-root-dir":       filepath.Join(c.dir, "kubelet"),
+		"--metrics-bind-address":   metrics,
+	}
+	args := []string{"serve"}
+	for i := 2; i < len(words); i++ {
+		flag, value, inline := strings.Cut(words[i], "=")
+		if !inline && i+1 < len(words) && !strings.HasPrefix(words[i+1], "--") {
+			i++
+			value = words[i]
+		}
+		if v, ok := moved[flag]; ok {
+			value = v
+		} else {
+			// A new flag with a path or an address of the real node
+			// must be moved here too.
+			require.False(t, strings.HasPrefix(value, "/") || strings.HasPrefix(value, "unix://") || strings.Contains(value, "127.0.0.1"),
+				"pullguard.service's %s %s: move it under the test's directory in installedServe", flag, value)
+		}
+		if value == "" && !inline {
+			args = append(args, flag) // a boolean flag
+			continue
+		}
+		args = append(args, flag, value)
+	}
+	return append(args, "-v", "2")
+}
+
 func (c *cluster) pgSocket() string { return filepath.Join(c.dir, "pg.sock") }
 
 func (c *cluster) writeKubeletConfig() {
@@ -262,6 +316,11 @@ func (c *cluster) writeKubeletConfig() {
 		imageService = "unix://" + c.pgSocket()
 	}
 	pulls := c.mode.pullSettings
+	if c.mode.installed {
+		// What the install's snippet sets, with the kubelet's gate as
+		// the mode says.
+		pulls = installPullSettings(t)
+	}
 	if pulls == "" {
 		pulls = "serializeImagePulls: true\n"
 	}
