@@ -267,3 +267,27 @@ func topMappings(pid, n int) (string, error) {
 	}
 	return sb.String(), nil
 }
+
+// saveHeapProfile saves serve's heap profile (after a GC) as dir/name,
+// when dir is set.
+func (d *daemon) saveHeapProfile(dir, name string) error {
+	if dir == "" {
+		return nil
+	}
+	resp, err := http.Get("http://" + d.metrics + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("serve's /debug/pprof/heap: %s (-pprof needs a serve build that serves it)", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, name), body, 0o644)
+}

@@ -45,6 +45,7 @@ type config struct {
 	dir, buildDir        string
 	smaps                int
 	keep                 bool
+	pprof                string
 }
 
 func main() {
@@ -59,7 +60,8 @@ func main() {
 	flag.StringVar(&c.dir, "dir", os.TempDir(), "where serve's root directories go (a node's disk)")
 	flag.StringVar(&c.buildDir, "build-dir", "/dev/shm", "where the stores are written before they are copied under -dir (tmpfs: each credential record is a durable transaction)")
 	flag.IntVar(&c.smaps, "smaps", 0, "print serve's N largest mappings by resident memory after each start-up")
-	flag.BoolVar(&c.keep, "keep", false, "keep the store of each size's first start (its path is printed), to profile a start-up on it")
+	flag.BoolVar(&c.keep, "keep", false, "keep serve's root directories (stores and serve.log; the path is printed), to profile a start-up on them")
+	flag.StringVar(&c.pprof, "pprof", "", "save serve's heap profiles after start-up and after the pods in this directory; needs a serve build that serves /debug/pprof/ on its metrics address (pullguard's does not)")
 	flag.Parse()
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -163,7 +165,9 @@ func runSize(ctx context.Context, c config, bin string, n int) error {
 		}
 		printResult(fmt.Sprintf("restart %d", r+1), res)
 		rs = append(rs, res)
-		_ = os.RemoveAll(root)
+		if !c.keep {
+			_ = os.RemoveAll(root)
+		}
 	}
 	if pulls := rt.pulls.Load(); pulls != 0 {
 		return fmt.Errorf("serve forwarded %d pulls to the runtime; every pull should have been answered from a record", pulls)
@@ -216,6 +220,9 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 		}
 		fmt.Print(top)
 	}
+	if err := d.saveHeapProfile(c.pprof, fmt.Sprintf("heap-%d-%s-start.pb.gz", n, filepath.Base(root))); err != nil {
+		return res, err
+	}
 	if bursts == 0 {
 		return res, nil
 	}
@@ -245,6 +252,9 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 	}
 	res.podsCPU = res.afterPods.cpu - res.afterStart.cpu
 	if res.heapPods, err = d.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return res, err
+	}
+	if err := d.saveHeapProfile(c.pprof, fmt.Sprintf("heap-%d-%s-pods.pb.gz", n, filepath.Base(root))); err != nil {
 		return res, err
 	}
 	got, err := d.metric(answered)
