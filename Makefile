@@ -58,7 +58,7 @@ bench:
 ## fake CRI runtime and 10 credential records per image in its store, its
 ## time to the first answer and the first full ListImages, and the same
 ## after bursts of 64 pods starting at once (docs/benchmarks.md, "serve on
-## a node"). Not part of `make test`; about a minute and a half.
+## a node"). Not part of `make test`; under a minute.
 ## SERVE_FLAGS passes flags, e.g. SERVE_FLAGS='-rounds 5 -images 10000 -smaps 8'.
 SERVE_FLAGS ?=
 bench-serve: bin/pullguard
