@@ -86,6 +86,7 @@ type result struct {
 	heapStart, heapPods        float64 // go_memstats_heap_inuse_bytes
 	startCPU, podsCPU          time.Duration
 	status, pull, pod          []time.Duration
+	startCalls, podCalls       calls // what serve asked the runtime
 }
 
 func run(ctx context.Context, c config) error {
@@ -180,6 +181,7 @@ func runSize(ctx context.Context, c config, bin string, n int) error {
 // ListImages, reads its memory and CPU, then runs bursts of pods and reads
 // them again; serve is stopped by its PID before it returns.
 func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string, rt *fakeRuntime, ts []tenant, n, bursts int) (res result, err error) {
+	before0 := rt.calls()
 	d, err := startServe(bin, root, sockDir, rtSocket)
 	if err != nil {
 		return res, err
@@ -210,6 +212,7 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 		return res, err
 	}
 	res.startCPU = res.afterStart.cpu
+	res.startCalls = rt.calls().minus(before0)
 	if res.heapStart, err = d.metric("go_memstats_heap_inuse_bytes"); err != nil {
 		return res, err
 	}
@@ -237,6 +240,7 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 	if err != nil {
 		before = 0 // no answer yet: the series does not exist
 	}
+	before1 := rt.calls()
 	rng := rand.New(rand.NewPCG(uint64(n), 1))
 	for range bursts {
 		lat, err := burst(sctx, client, rt, ts, c.pods, rng)
@@ -247,6 +251,7 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 			res.status, res.pull, res.pod = append(res.status, l.status), append(res.pull, l.pull), append(res.pod, l.pod)
 		}
 	}
+	res.podCalls = rt.calls().minus(before1)
 	if res.afterPods, err = readProc(pid); err != nil {
 		return res, err
 	}
@@ -280,12 +285,14 @@ func pct(lat []time.Duration, p int) time.Duration {
 func printResult(what string, r result) {
 	fmt.Printf("  %-11s first answer %7.1f ms, first ListImages %6.1f ms, start-up %7.1f ms, CPU %5.0f ms; RSS %5.1f MiB (anon %5.1f, file %5.1f), VmHWM %5.1f MiB, heap in use %5.1f MiB\n",
 		what, ms(r.firstAnswer), ms(r.list), ms(r.startup), ms(r.startCPU), mib(r.afterStart.rss), mib(r.afterStart.anon), mib(r.afterStart.file), mib(r.afterStart.hwm), r.heapStart/(1<<20))
+	fmt.Printf("  %-11s serve asked the runtime: %s\n", "", r.startCalls)
 	if len(r.pod) == 0 {
 		return
 	}
 	fmt.Printf("  %-11s after %d pods: RSS %5.1f MiB, VmHWM %5.1f MiB, heap in use %5.1f MiB, CPU %5.0f ms; p50/p99 ms: ImageStatus %.2f/%.2f, PullImage %.2f/%.2f, pod %.2f/%.2f\n",
 		"", len(r.pod), mib(r.afterPods.rss), mib(r.afterPods.hwm), r.heapPods/(1<<20), ms(r.podsCPU),
 		ms(pct(r.status, 50)), ms(pct(r.status, 99)), ms(pct(r.pull, 50)), ms(pct(r.pull, 99)), ms(pct(r.pod, 50)), ms(pct(r.pod, 99)))
+	fmt.Printf("  %-11s the pods' calls asked the runtime: %s\n", "", r.podCalls)
 }
 
 // printSummary prints the median and the range over the rounds of each

@@ -31,8 +31,8 @@ type fakeRuntime struct {
 	images []*runtimeapi.Image
 	byName map[string]*runtimeapi.Image // tags, digests and IDs
 
-	lists, statuses, pulls atomic.Int64
-	server                 *grpc.Server
+	lists, statuses, pulls, fsInfos atomic.Int64
+	server                          *grpc.Server
 }
 
 // imageName is image i's tagged name: 50 projects, one repository each.
@@ -80,6 +80,21 @@ func (f *fakeRuntime) serve(socket string) error {
 
 func (f *fakeRuntime) stop() { f.server.Stop() }
 
+// calls are the calls serve made to the runtime.
+type calls struct{ lists, statuses, pulls, fsInfos int64 }
+
+func (f *fakeRuntime) calls() calls {
+	return calls{f.lists.Load(), f.statuses.Load(), f.pulls.Load(), f.fsInfos.Load()}
+}
+
+func (c calls) minus(o calls) calls {
+	return calls{c.lists - o.lists, c.statuses - o.statuses, c.pulls - o.pulls, c.fsInfos - o.fsInfos}
+}
+
+func (c calls) String() string {
+	return fmt.Sprintf("ListImages %d, ImageStatus %d, PullImage %d, ImageFsInfo %d", c.lists, c.statuses, c.pulls, c.fsInfos)
+}
+
 func (f *fakeRuntime) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
 	f.lists.Add(1)
 	return &runtimeapi.ListImagesResponse{Images: f.images}, nil
@@ -106,5 +121,6 @@ func (f *fakeRuntime) PullImage(_ context.Context, req *runtimeapi.PullImageRequ
 }
 
 func (f *fakeRuntime) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	f.fsInfos.Add(1)
 	return &runtimeapi.ImageFsInfoResponse{}, nil
 }
