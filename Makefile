@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet bench bench-kubelet bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-kubelet bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -62,6 +62,17 @@ ROUNDS ?= 3
 bench-kubelet:
 	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) \
 	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
+
+## bench-serve: the real `pullguard serve` as a process on a node (Linux):
+## its RSS, VmHWM and CPU after start-up with 1 000 and 10 000 images in a
+## fake CRI runtime and 10 credential records per image in its store, its
+## time to the first answer and the first full ListImages, and the same
+## after bursts of 64 pods starting at once (docs/benchmarks.md, "serve on
+## a node"). Not part of `make test`; under a minute.
+## SERVE_FLAGS passes flags, e.g. SERVE_FLAGS='-rounds 5 -images 10000 -smaps 8'.
+SERVE_FLAGS ?=
+bench-serve: bin/pullguard
+	$(GO) build -o bin/bench-serve ./bench/serve && ./bin/bench-serve -pullguard bin/pullguard $(SERVE_FLAGS)
 
 ## bench-upstream: pullguard's tracker beside the upstream kubelet's pull
 ## manager (k8s.io/kubernetes, built as the kubelet builds it) on the same
