@@ -119,7 +119,7 @@ func TestVerificationCost(t *testing.T) {
 	for _, mirrored := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mirrored=%t", mirrored), func(t *testing.T) {
 			account := registry.Config{
-				Users: []registry.User{{Name: "alice", Password: "alice-pw"}, {Name: "carol", Password: "carol-pw"}, {Name: "bob", Password: "bob-pw"}},
+				Users:        []registry.User{{Name: "alice", Password: "alice-pw"}, {Name: "carol", Password: "carol-pw"}, {Name: "bob", Password: "bob-pw"}},
 				Repositories: []registry.Repository{{Name: "team-a/app", Readers: []string{"alice", "carol"}}},
 			}
 			upstream, err := registry.New(account, registry.WithBcryptCost(bcrypt.MinCost))
