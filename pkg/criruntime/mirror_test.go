@@ -2,6 +2,7 @@ package criruntime_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -239,4 +241,58 @@ func TestVerifyManifestWithAnAbsentConfigPath(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, m.digest, got)
 	assert.Len(t, seen(m.upstream), 2)
+}
+
+// TestVerifyManifestWithATokenRealm: a registry that answers with a
+// Bearer challenge gets the pod's credential at its token realm, as
+// containerd's authorizer sends it (an OAuth POST first, then a GET when
+// the realm refuses the POST), for the pulled repository's scope only,
+// and the manifest request again with the token.
+func TestVerifyManifestWithATokenRealm(t *testing.T) {
+	manifest := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}`)
+	want := "sha256:" + fmt.Sprintf("%x", sha256.Sum256(manifest))
+	var mu sync.Mutex
+	var log []string
+	var scopes []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		status := http.StatusOK
+		defer func() {
+			mu.Lock()
+			defer mu.Unlock()
+			log = append(log, fmt.Sprintf("%s %s %d", req.Method, req.URL.Path, status))
+		}()
+		switch {
+		case req.URL.Path == "/token" && req.Method == http.MethodPost:
+			status = http.StatusNotFound
+		case req.URL.Path == "/token":
+			mu.Lock()
+			scopes = append(scopes, req.URL.Query().Get("scope"))
+			mu.Unlock()
+			if u, p, ok := req.BasicAuth(); !ok || u != "alice" || p != "alice-pw" {
+				status = http.StatusUnauthorized
+			} else {
+				_, _ = w.Write([]byte(`{"token":"t-alice"}`))
+				return
+			}
+		case req.Header.Get("Authorization") == "Bearer t-alice":
+			w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+			_, _ = w.Write(manifest)
+			return
+		default:
+			status = http.StatusUnauthorized
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://%s/token",service="test",scope="repository:team-a/app:pull"`, req.Host))
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	got, err := criruntime.VerifyManifest(context.Background(), host+"/team-a/app:v1", basic("alice", "alice-pw"), []string{want})
+
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"GET /v2/team-a/app/manifests/v1 401", "POST /token 404", "GET /token 200", "GET /v2/team-a/app/manifests/v1 200"}, log)
+	assert.Equal(t, []string{"repository:team-a/app:pull"}, scopes)
 }
