@@ -3,6 +3,7 @@ package criruntime_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/crypto/bcrypt"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/internal/hostile"
 	"github.com/pullguard/pullguard/pkg/criruntime"
@@ -295,4 +297,51 @@ func TestVerifyManifestWithATokenRealm(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"GET /v2/team-a/app/manifests/v1 401", "POST /token 404", "GET /token 200", "GET /v2/team-a/app/manifests/v1 200"}, log)
 	assert.Equal(t, []string{"repository:team-a/app:pull"}, scopes)
+}
+
+// TestVerifyManifestPresentsTheCredentialAsContainerd: each form of a CRI
+// credential reaches a host as containerd's CRI plugin sends it: a
+// username and password, or the auth field decoded; not to a host other
+// than the one its ServerAddress names (the request is then anonymous);
+// a registry token not at all (containerd does not support it).
+func TestVerifyManifestPresentsTheCredentialAsContainerd(t *testing.T) {
+	m := newMirrored(t, true)
+	authField := base64.StdEncoding.EncodeToString([]byte("alice:alice-pw"))
+	tests := []struct {
+		name    string
+		auth    func(host string) *runtimeapi.AuthConfig
+		wantErr error
+		want    []string
+	}{
+		{name: "username and password", auth: func(string) *runtimeapi.AuthConfig { return basic("alice", "alice-pw") },
+			want: []string{"GET 401", "GET 200"}},
+		{name: "auth field", auth: func(string) *runtimeapi.AuthConfig { return &runtimeapi.AuthConfig{Auth: authField} },
+			want: []string{"GET 401", "GET 200"}},
+		{name: "server address of this host", auth: func(host string) *runtimeapi.AuthConfig {
+			return &runtimeapi.AuthConfig{Username: "alice", Password: "alice-pw", ServerAddress: "http://" + host}
+		}, want: []string{"GET 401", "GET 200"}},
+		{name: "server address of another host: anonymous", auth: func(string) *runtimeapi.AuthConfig {
+			return &runtimeapi.AuthConfig{Username: "alice", Password: "alice-pw", ServerAddress: "https://other.example"}
+		}, wantErr: criruntime.ErrUnauthorized, want: []string{"GET 401"}},
+		{name: "registry token: anonymous", auth: func(string) *runtimeapi.AuthConfig { return &runtimeapi.AuthConfig{RegistryToken: "alice-pw"} },
+			wantErr: criruntime.ErrUnauthorized, want: []string{"GET 401"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m.upstream.Reset()
+			got, err := criruntime.VerifyManifest(context.Background(), m.pushed.Reference, tt.auth(m.upstream.Host()), nil)
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				assert.NotContains(t, err.Error(), "alice-pw")
+			} else {
+				require.NoError(t, err)
+				assert.Equal(t, m.digest, got)
+			}
+			var reqs []string
+			for _, r := range m.upstream.Requests() {
+				reqs = append(reqs, fmt.Sprintf("%s %d", r.Method, r.Status))
+			}
+			assert.Equal(t, tt.want, reqs, "the registry's requests")
+		})
+	}
 }
