@@ -114,6 +114,11 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		return nil, backendError("PullImage", err)
 	}
 	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred, s.clock.Now())
+	if !res.Attempted {
+		countDecision("PullImage", "verified", 0)
+		logger.V(2).Info("The registry served the present image's manifest to the credential; recorded, without the runtime's pull", "imageRef", res.ID, "credential", rec.Source.String())
+		return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
+	}
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
