@@ -21,8 +21,9 @@ import (
 )
 
 // DefaultRegistryConfigPath is containerd's default registry hosts
-// directory (the config_path of its CRI registry configuration).
-const DefaultRegistryConfigPath = "/etc/containerd/certs.d"
+// directories (the config_path its CRI plugin uses when its configuration
+// sets no registry option, containerd v2: its own, then Docker's).
+const DefaultRegistryConfigPath = "/etc/containerd/certs.d:/etc/docker/certs.d"
 
 // manifestAccept is what a manifest GET accepts: the media types
 // containerd's resolver asks for.
