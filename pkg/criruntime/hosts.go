@@ -112,7 +112,10 @@ func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, obj
 	if isProxy(h.Host, registry) {
 		u.RawQuery = url.Values{"ns": {registry}}.Encode()
 	}
-	client := *h.Client
+	var client http.Client
+	if h.Client != nil {
+		client = *h.Client
+	}
 	client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
 			return errors.New("stopped after 10 redirects")

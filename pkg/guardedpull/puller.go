@@ -75,8 +75,9 @@ type Request struct {
 	// none means one anonymous attempt.
 	Attempts []Attempt
 	// Admit, if set, is asked before each attempt; an error ends the pull
-	// with it before that attempt reaches the registry or the runtime
-	// (the kubelet's registry QPS).
+	// with it before that attempt reaches the runtime (the kubelet's
+	// registry QPS). A Hidden request's check of the present image is
+	// made after the first attempt's Admit.
 	Admit func() error
 	// Hidden says the caller pulls an image its presence check found but
 	// may not give this pull's credentials yet (the kubelet's IfNotPresent
@@ -121,18 +122,17 @@ type Result struct {
 
 // Pull pulls req's image, guarded as the package doc says. For a Hidden
 // request whose image the runtime holds under the name, the Verifier is
-// first asked, with each attempt's credential in order (after the first
-// attempt's Admit), for the manifest of the
-// present image (the digests of its RepoDigests in the pulled repository,
-// as after a pull): served, it is the proof a pull would end with, and
-// the present image is the result (its ID as Ref, as the runtime's pull
-// of an unchanged tag answers), recorded with that credential, at the
-// registry cost of one authenticated manifest GET and no runtime pull.
-// Anything else (other bytes: the tag moved; a refusal; an error) goes to
-// the runtime's pull, verified as any pull; when the runtime resolved the
-// name to the very digest of the other bytes the registry served to the
-// same credential just before, those bytes are that pull's proof and the
-// registry is not asked again. Its error
+// first asked, with each attempt's credential in order, for the manifest
+// of the present image (the digests of its RepoDigests in the pulled
+// repository, as after a pull): served, it is the proof a pull would end
+// with, and the present image is the result (its ID as Ref, as the
+// runtime's pull of an unchanged tag answers), recorded with that
+// credential, at the registry cost of one authenticated manifest GET and
+// no runtime pull. Anything else (other bytes: the tag moved; a refusal;
+// an error) goes to the runtime's pull, verified as any pull; when the
+// runtime resolved the name to the very digest of the other bytes the
+// registry served to the same credential just before, those bytes are
+// that pull's proof and the registry is not asked again. Its error
 // wraps ErrNoIntent (nothing was pulled) or ErrUnverified, or is the
 // runtime's (the attempts' errors aggregated, each with every candidate
 // credential removed).
