@@ -15,8 +15,10 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/distribution/reference"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -24,6 +26,17 @@ import (
 // directories (the config_path its CRI plugin uses when its configuration
 // sets no registry option, containerd v2: its own, then Docker's).
 const DefaultRegistryConfigPath = "/etc/containerd/certs.d:/etc/docker/certs.d"
+
+// containerdLog is where containerd's registry library logs (it logs to
+// the context's logrus entry): its warnings and errors (a hosts.toml it
+// cannot decode, and so ignores, as containerd does) on standard error,
+// its information and debug lines (each host directory loaded, the HTTPS
+// attempt before plain HTTP on a loopback registry) dropped.
+var containerdLog = func() *log.Entry {
+	l := logrus.New()
+	l.SetLevel(logrus.WarnLevel)
+	return logrus.NewEntry(l)
+}()
 
 // manifestAccept is what a manifest GET accepts: the media types
 // containerd's resolver asks for.
@@ -40,6 +53,7 @@ const manifestAccept = "application/vnd.docker.distribution.manifest.v2+json, " 
 // with no directory for the host, or none at all, is no configuration,
 // as for containerd.
 func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.AuthConfig) ([]docker.RegistryHost, error) {
+	ctx = log.WithLogger(ctx, containerdLog)
 	var dirs []func(string) (string, error)
 	for _, root := range filepath.SplitList(roots) {
 		dirs = append(dirs, config.HostDirFromRoot(root))

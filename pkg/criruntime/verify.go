@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/log"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -90,7 +91,7 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 	if !byDigest {
 		caps |= docker.HostCapabilityResolve
 	}
-	ctx = docker.ContextWithAppendPullRepositoryScope(ctx, repo)
+	ctx = log.WithLogger(docker.ContextWithAppendPullRepositoryScope(ctx, repo), containerdLog)
 	var errs []error
 	for _, h := range hosts {
 		if !h.Capabilities.Has(caps) {
