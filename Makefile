@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit upstream-parity e2e e2e-kubelet bench bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-kubelet bench bench-kubelet bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -24,18 +24,13 @@ FORCE:
 ## test: vet, then every test with the race detector, the e2e suite included
 ## (./test/e2e: as root it installs containerd, runc and docker-registry when
 ## missing; in CI a missing prerequisite fails, elsewhere the suite skips),
-## then the verdicts checked against the upstream kubelet's own code
-## (upstream-parity) and the scenarios under a real kubelet (e2e-kubelet).
-test: lint unit upstream-parity e2e-kubelet
+## then the module that builds the upstream kubelet (e2e-kubelet): the
+## configuration verdicts checked against the kubelet's own code, and the
+## scenarios under a real kubelet.
+test: lint unit e2e-kubelet
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
-
-## upstream-parity: pullguard beside the upstream kubelet's own code, in one
-## process (bench/upstream, a module of its own that links k8s.io/kubernetes):
-## every KubeletConfiguration the kubelet accepts, pullguard accepts.
-upstream-parity:
-	cd bench/upstream && $(GO) test -count=1 -run 'Parity' .
 
 ## e2e: only the multi-tenant scenarios on a real containerd and registry.
 e2e:
@@ -43,7 +38,10 @@ e2e:
 
 ## e2e-kubelet: the multi-tenant scenarios under the upstream kubelet and
 ## kube-apiserver (test/kubelet, a module of its own: the product module
-## never imports k8s.io/kubernetes). The first run builds both, and
+## never imports k8s.io/kubernetes), and TestKubeletConfigurationParity:
+## every KubeletConfiguration the kubelet's own code accepts, `pullguard
+## config check` accepts (it needs no root; its k8s.io/kubernetes packages
+## compile once, with the kubelet's build). The first run builds both, and
 ## containerd v2.2.9, into the Go module cache (about 6 minutes on an idle
 ## 2-core machine, and 3-5 more for containerd); see docs/testing.md.
 e2e-kubelet:
@@ -52,6 +50,18 @@ e2e-kubelet:
 ## bench: the benchmarks recorded in docs/benchmarks.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
+
+## bench-kubelet: pod start-up (PODS pods created at once, of present
+## images and of images a tenant must verify) and a reboot storm (200
+## containers of 40 images), under the real kubelet with its own gate and
+## behind pullguard serve, in alternating rounds of one run; prints the
+## tables of docs/benchmarks.md ("serve on a node"). As root; not part of
+## `make test` (about 15 minutes).
+PODS ?= 50
+ROUNDS ?= 3
+bench-kubelet:
+	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) \
+	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
 
 ## bench-upstream: pullguard's tracker beside the upstream kubelet's pull
 ## manager (k8s.io/kubernetes, built as the kubelet builds it) on the same

@@ -32,6 +32,10 @@ const (
 	lockTimeout = 2 * time.Second
 )
 
+// ErrLocked is wrapped by the error of a store that another process holds
+// (a running tracker, while ReadRecords waits for it).
+var ErrLocked = errors.New("locked by another process")
+
 // genFile is the open, locked generation file.
 type genFile struct {
 	f      *os.File
@@ -95,7 +99,7 @@ func lockFile(f *os.File, how int) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return errors.New("locked by another process (is another pullguard running on this directory?)")
+			return fmt.Errorf("%w (is another pullguard running on this directory?)", ErrLocked)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -237,6 +237,10 @@ func TestStoreLockedBySecondTracker(t *testing.T) {
 	_, err := credtracker.New(t.Context(), e.cfg, e.inv)
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "locked by another process")
+	assert.ErrorIs(t, err, credtracker.ErrLocked)
+	// ReadRecords waits for the lock, then says the same.
+	_, _, err = credtracker.ReadRecords(e.dir)
+	assert.ErrorIs(t, err, credtracker.ErrLocked)
 	// The first tracker is unharmed.
 	assert.Equal(t, credtracker.ReasonNoMatch, e.tr.Decide(ifNotPresent(appImage, refApp)).Reason)
 }

@@ -1,12 +1,13 @@
 // Command pullguard holds pullguard's command line: run, serve, records,
-// demo and registry. It plays the kubelet's part for images on a node: it
+// doctor, demo and registry. It plays the kubelet's part for images on a node: it
 // ensures pods' images with the KubeletEnsureSecretPulledImages protection,
 // so that an image pulled with one tenant's credentials is never handed to
 // another tenant's pod that cannot prove access to it.
 //
 // run and demo assemble a node with pkg/podworkers (configured by
 // pkg/nodeconfig), records reads the credential tracker's store, serve
-// serves pkg/criproxy in front of a runtime opened with pkg/criruntime, and
+// serves pkg/criproxy in front of a runtime opened with pkg/criruntime,
+// doctor checks a node's kubelet settings and serve, and
 // demo and registry start pkg/registry; output formats, logs, version and
 // metrics come from k8s.io/component-base. Nothing imports it.
 package main
@@ -82,6 +83,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand())
 	return root
 }

@@ -79,3 +79,26 @@ func writeMetricsFile(path string) error {
 	}
 	return nil
 }
+
+// serveProtection is 1 while serve protects and 0 while it passes through.
+// serve registers it, and only serve: for run it would read as a
+// pass-through.
+var serveProtection = metrics.NewGauge(&metrics.GaugeOpts{
+	Namespace:      "pullguard",
+	Subsystem:      "serve",
+	Name:           "protection_enabled",
+	Help:           "1 while pullguard serve enforces the protection, 0 while it is a pass-through proxy (--feature-gates KubeletEnsureSecretPulledImages=false).",
+	StabilityLevel: metrics.ALPHA,
+})
+
+var registerServeOnce sync.Once
+
+// registerServeMetrics registers serve's own gauge and sets it.
+func registerServeMetrics(protecting bool) {
+	registerServeOnce.Do(func() { legacyregistry.MustRegister(serveProtection) })
+	if protecting {
+		serveProtection.Set(1)
+	} else {
+		serveProtection.Set(0)
+	}
+}

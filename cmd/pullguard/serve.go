@@ -43,6 +43,8 @@ type serveOptions struct {
 	policy         string
 	metricsAddr    string
 	kubeletRootDir string
+	providerConfig string
+	providerBinDir string
 	unrecorded     string
 	grace          time.Duration
 	timeout        time.Duration
@@ -85,11 +87,13 @@ socket removed.`,
 	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on")
 	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
-	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file (featureGates, imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist)")
-	f.StringVar(&o.featureGates, "feature-gates", "", "feature gates, such as KubeletEnsureSecretPulledImages=false (a pass-through proxy)")
+	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy and preloadedImagesVerificationAllowlist; its featureGates are the kubelet's and never switch serve's protection")
+	f.StringVar(&o.featureGates, "feature-gates", "", "serve's own feature gates; KubeletEnsureSecretPulledImages=false is the only way to make serve a pass-through proxy (the protection OFF)")
 	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10264", `address for /metrics and /healthz; "" or "0" turns them off`)
-	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start")
+	f.StringVar(&o.kubeletRootDir, "kubelet-root-dir", "/var/lib/kubelet", "the kubelet's root directory, whose image_manager records are imported at the first start and whose config.json or .dockercfg is searched first for the node's credentials")
+	f.StringVar(&o.providerConfig, "image-credential-provider-config", "", "the kubelet's --image-credential-provider-config: its providers without tokenAttributes give node credentials (see docs/serve.md)")
+	f.StringVar(&o.providerBinDir, "image-credential-provider-bin-dir", "", "the kubelet's --image-credential-provider-bin-dir")
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
@@ -131,10 +135,13 @@ func (o *serveOptions) check() (checkedServe, error) {
 			return c, err
 		}
 	}
-	if c.settings, err = nodeconfig.ResolveSettings(kc, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
+	if c.settings, err = nodeconfig.ResolveServeSettings(kc, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy}); err != nil {
 		return c, err
 	}
 	c.settings.Warnings = append(warnings, c.settings.Warnings...)
+	if _, err := o.nodeProviders(c.settings.Gates); err != nil {
+		return c, err
+	}
 	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
 		return c, fmt.Errorf("--unrecorded-images: %w", err)
 	}
@@ -153,9 +160,15 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	for _, w := range c.settings.Warnings {
 		logger.Info("Configuration warning", "warning", w)
 	}
+	protecting := c.settings.Gates.EnsureSecretPulledImages
+	if !protecting {
+		logger.Error(nil, "PASS-THROUGH: the protection is OFF, every pod may use every image on the node", "asked", "--feature-gates KubeletEnsureSecretPulledImages=false")
+		fmt.Fprintln(stderr, "pullguard: WARNING: pass-through, the protection is OFF (--feature-gates KubeletEnsureSecretPulledImages=false)")
+	}
 	if o.metricsAddr != "" && o.metricsAddr != "0" {
 		// Before the tracker starts, so that its start-up gauges count.
 		registerMetrics()
+		registerServeMetrics(protecting)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -192,13 +205,22 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		}
 	}()
 
-	srv, err := criproxy.New(backend, tracker, hasher, o.proxyOptions(c, logger)...)
+	opts := o.proxyOptions(c, logger)
+	if c.settings.Gates.EnsureSecretPulledImages {
+		node, stopProviders, err := o.nodeKeyring(hasher, c.settings.Gates, logger)
+		if err != nil {
+			return err
+		}
+		defer stopProviders()
+		opts = append(opts, criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout))
+	}
+	srv, err := criproxy.New(backend, tracker, hasher, opts...)
 	if err != nil {
 		return err
 	}
 	gs := criproxy.NewGRPCServer(srv, logger)
 
-	metricsSrv, err := o.serveMetrics(backend, logger)
+	metricsSrv, err := o.serveMetrics(backend, healthzBody(c.settings), logger)
 	if err != nil {
 		return err
 	}
@@ -272,7 +294,6 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 			return nil, nil, err
 		}
 		h, err := credential.NewHasher(key)
-		logger.Info("KubeletEnsureSecretPulledImages is off: serving as a plain pass-through proxy")
 		return credtracker.Disabled(), h, err
 	}
 	inv := guardedpull.Inventory(backend)
@@ -298,7 +319,7 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 
 // serveMetrics serves /metrics and /healthz, or nothing when the address
 // is "" or "0".
-func (o *serveOptions) serveMetrics(backend criproxy.Backend, logger klog.Logger) (*http.Server, error) {
+func (o *serveOptions) serveMetrics(backend criproxy.Backend, health string, logger klog.Logger) (*http.Server, error) {
 	if o.metricsAddr == "" || o.metricsAddr == "0" {
 		return nil, nil
 	}
@@ -315,7 +336,7 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, logger klog.Logger
 			http.Error(w, "image service backend unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, "ok")
+		_, _ = io.WriteString(w, health)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
@@ -325,4 +346,19 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, logger klog.Logger
 	}()
 	logger.Info("Serving /metrics and /healthz", "address", l.Addr().String())
 	return srv, nil
+}
+
+// The bodies of a healthy /healthz: `pullguard doctor` reads which one.
+const (
+	healthzProtecting  = "ok: protecting"
+	healthzPassThrough = "ok: pass-through, the protection is OFF"
+)
+
+// healthzBody is /healthz's body while the backend answers: whether serve
+// protects, and with which policy.
+func healthzBody(s nodeconfig.Settings) string {
+	if !s.Gates.EnsureSecretPulledImages {
+		return healthzPassThrough + " (--feature-gates KubeletEnsureSecretPulledImages=false)"
+	}
+	return fmt.Sprintf("%s (policy %s)", healthzProtecting, s.Policy)
 }

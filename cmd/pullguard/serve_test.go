@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -136,7 +138,7 @@ func TestServeDrivenByRun(t *testing.T) {
 	assert.Equal(t, os.FileMode(0o660), fi.Mode().Perm(), "socket mode")
 	code, body := d.get(t, "/healthz")
 	assert.Equal(t, http.StatusOK, code)
-	assert.Equal(t, "ok", body)
+	assert.Equal(t, "ok: protecting (policy NeverVerifyPreloadedImages)", body)
 
 	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
 		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
@@ -179,6 +181,49 @@ func TestServeDrivenByRun(t *testing.T) {
 	assert.Contains(t, recs.stdout, "cri-auth-", "the store was closed cleanly and holds the CRI credential's entry")
 }
 
+// TestServeNodeCredentials: the node's docker config in the kubelet's
+// root directory holds alice's account. A pod with no pull secret pulls
+// with it (the kubelet's node keyring), and serve, reading the same file
+// from --kubelet-root-dir, records the pull as the kubelet does:
+// node-accessible, so tenant B's pods, Never included, get the image.
+func TestServeNodeCredentials(t *testing.T) {
+	w := newWorld(t)
+	dir := shortDir(t)
+	kubeletRoot := filepath.Join(dir, "kubelet")
+	require.NoError(t, os.MkdirAll(kubeletRoot, 0o700))
+	auth := base64.StdEncoding.EncodeToString([]byte("alice:" + passwords["alice"]))
+	require.NoError(t, os.WriteFile(filepath.Join(kubeletRoot, "config.json"), []byte(`{"auths":{"`+w.reg.Host()+`":{"auth":"`+auth+`"}}}`), 0o600))
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--kubelet-root-dir", kubeletRoot)
+
+	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", kubeletRoot,
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	require.Equal(t, 0, res.code, res.stderr)
+	for _, r := range decodeRun(t, res.stdout).Results {
+		assert.Empty(t, r.Error, "%s/%s: every pod may use an image the node's credential pulled", r.Pod, r.Container)
+	}
+	require.Equal(t, 0, d.stop(t))
+	assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
+	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	var doc struct {
+		Records []struct {
+			Repositories []struct {
+				Name           string `json:"name"`
+				NodeAccessible bool   `json:"nodeAccessible"`
+			} `json:"repositories"`
+		} `json:"records"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(recs.stdout), &doc))
+	free := map[string]bool{}
+	for _, r := range doc.Records {
+		for _, rr := range r.Repositories {
+			free[rr.Name] = rr.NodeAccessible
+		}
+	}
+	assert.True(t, free[w.reg.Host()+"/team-a/app"], "the node's credential pulled team-a/app: node-accessible")
+	assert.False(t, free[w.reg.Host()+"/public/tool"], "carol's own secret pulled public/tool: her entry, not the node's")
+}
+
 func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
 	dir := shortDir(t)
 	socket := filepath.Join(dir, "pg.sock")
@@ -214,7 +259,8 @@ func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
 }
 
 // TestServeReadsTheKubeletsConfig: serve reads the kubelet's own
-// configuration file, whose other feature gates and fields it ignores.
+// configuration file, whose feature gates and other fields it ignores: the
+// kubelet's gate off leaves serve's protection on.
 func TestServeReadsTheKubeletsConfig(t *testing.T) {
 	dir := shortDir(t)
 	cfg := filepath.Join(dir, "config.yaml")
@@ -227,14 +273,72 @@ featureGates:
   RotateKubeletServerCertificate: true
   KubeletEnsureSecretPulledImages: false
 `), 0o600))
-	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--metrics-bind-address", "0", "--config", cfg)
-	assert.Contains(t, d.out.String(), "KubeletEnsureSecretPulledImages is off", "the file's gate is read")
+	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--config", cfg)
+	assert.NotContains(t, d.out.String(), "PASS-THROUGH", "the kubelet's gate is not serve's")
+	code, body := d.get(t, "/healthz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "ok: protecting (policy NeverVerifyPreloadedImages)", body)
 	require.Equal(t, 0, d.stop(t))
+	assert.FileExists(t, filepath.Join(d.root, "credtracker", "records.db"), "the protection keeps records")
+}
+
+// TestServePassThroughIsLoud: a pass-through only when serve's own flag
+// asks for it, and then said at start-up, on /healthz and in a metric.
+func TestServePassThroughIsLoud(t *testing.T) {
+	tests := []struct {
+		name        string
+		args        []string
+		wantHealthz string
+		wantGauge   string
+		wantWarning bool
+	}{
+		{
+			name:        "protecting by default",
+			wantHealthz: "ok: protecting (policy NeverVerifyPreloadedImages)",
+			wantGauge:   "pullguard_serve_protection_enabled 1",
+		},
+		{
+			name:        "policy flag",
+			args:        []string{"--image-pull-credentials-verification-policy", "AlwaysVerify"},
+			wantHealthz: "ok: protecting (policy AlwaysVerify)",
+			wantGauge:   "pullguard_serve_protection_enabled 1",
+		},
+		{
+			name:        "pass-through asked for",
+			args:        []string{"--feature-gates", "KubeletEnsureSecretPulledImages=false"},
+			wantHealthz: "ok: pass-through, the protection is OFF (--feature-gates KubeletEnsureSecretPulledImages=false)",
+			wantGauge:   "pullguard_serve_protection_enabled 0",
+			wantWarning: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := shortDir(t)
+			d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), append([]string{"--image-service-endpoint", "embedded"}, tt.args...)...)
+			code, body := d.get(t, "/healthz")
+			assert.Equal(t, http.StatusOK, code)
+			assert.Equal(t, tt.wantHealthz, body)
+			code, body = d.get(t, "/metrics")
+			assert.Equal(t, http.StatusOK, code)
+			assert.Contains(t, body, tt.wantGauge)
+			out := d.out.String()
+			if tt.wantWarning {
+				assert.Contains(t, out, "pullguard: WARNING: pass-through, the protection is OFF")
+				assert.Regexp(t, `(?m)^E\d{4} .*PASS-THROUGH: the protection is OFF`, out, "logged at error level")
+			} else {
+				assert.NotContains(t, out, "PASS-THROUGH")
+				assert.NotContains(t, out, "WARNING")
+			}
+			require.Equal(t, 0, d.stop(t))
+		})
+	}
 }
 
 func TestServeBadInput(t *testing.T) {
 	dir := shortDir(t)
 	root := filepath.Join(dir, "root")
+	providerConfig := filepath.Join(dir, "cp.yaml")
+	require.NoError(t, os.WriteFile(providerConfig, []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: absent-plugin, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), 0o600))
 	tests := []struct {
 		name string
 		args []string
@@ -246,6 +350,8 @@ func TestServeBadInput(t *testing.T) {
 		{"forward to itself", []string{"--image-service-endpoint", "unix://" + filepath.Join(dir, "pg.sock")}, "forward to itself"},
 		{"bad unrecorded-images", []string{"--unrecorded-images", "maybe"}, "maybe"},
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
+		{"provider config without bin dir", []string{"--image-credential-provider-config", providerConfig}, "--image-credential-provider-bin-dir is required"},
+		{"provider plugin missing", []string{"--image-credential-provider-config", providerConfig, "--image-credential-provider-bin-dir", dir}, "absent-plugin"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,19 @@ type Config struct {
 	Warnings []string
 }
 
+// NodeProviders returns the configuration with only the providers that
+// give node credentials: those without tokenAttributes (see
+// Manager.ForNode). Its Warnings are c's.
+func (c *Config) NodeProviders() *Config {
+	out := &Config{Warnings: c.Warnings}
+	for _, p := range c.Providers {
+		if p.TokenAttributes == nil {
+			out.Providers = append(out.Providers, p)
+		}
+	}
+	return out
+}
+
 // Provider is one exec credential provider, whichever apiVersion of
 // CredentialProviderConfig declared it.
 type Provider struct {

@@ -29,7 +29,9 @@
 // ServiceAccountTokenSource supplies the pod's service account and a bound
 // token, the cache is keyed per service account (and per token for
 // cacheType Token), and the credentials carry the service account as their
-// source. Credentials from every other provider carry a node source.
+// source. Credentials from every other provider carry a node source;
+// Manager.ForNode runs only those providers (the node's own credentials,
+// which pullguard serve compares a pull's credential with).
 //
 // Nothing in this package logs or returns credential material or a
 // plugin's stdout.

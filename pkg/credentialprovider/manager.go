@@ -275,9 +275,19 @@ func (m *Manager) ForPod(pod PodInfo) keyring.Keyring {
 	return &podKeyring{m: m, pod: pod}
 }
 
+// ForNode returns the keyring of the node's own plugin credentials: as
+// ForPod, with only the providers without tokenAttributes. Their
+// credentials are the node's (credential.SourceNode, the provider's name):
+// the kubelet gives them to every pod. Service-account-token providers are
+// never run, as their credentials belong to one pod's service account.
+func (m *Manager) ForNode() keyring.Keyring {
+	return &podKeyring{m: m, nodeOnly: true}
+}
+
 type podKeyring struct {
-	m   *Manager
-	pod PodInfo
+	m        *Manager
+	pod      PodInfo
+	nodeOnly bool
 }
 
 var _ keyring.Keyring = (*podKeyring)(nil)
@@ -301,7 +311,7 @@ func (k *podKeyring) Lookup(ctx context.Context, image string) ([]credential.Cre
 		errs []error
 	)
 	for _, p := range m.plugins {
-		if !p.matches(im) {
+		if !p.matches(im) || (k.nodeOnly && p.cfg.TokenAttributes != nil) {
 			continue
 		}
 		creds, err := p.lookup(ctx, k.pod, image, im, pi.name)

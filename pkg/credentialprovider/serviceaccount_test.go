@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pullguard/pullguard/featuregates"
 	"github.com/pullguard/pullguard/pkg/credential"
 	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
 )
@@ -218,4 +219,44 @@ func TestServiceAccountCacheKeys(t *testing.T) {
 			assert.Equal(t, tt.wantTokenCalls, tokens.count())
 		})
 	}
+}
+
+// TestForNodeSkipsServiceAccountProviders: the node's keyring runs only
+// the providers without tokenAttributes; a service-account-token
+// provider's credentials belong to one pod and it is never run for the
+// node.
+func TestForNodeSkipsServiceAccountProviders(t *testing.T) {
+	e := newEnv(t)
+	sa := saProvider(e, cp.TokenCacheServiceAccount, false, nil, nil)
+	node := e.provider("node", []string{"registry.example"}, time.Hour)
+	m := e.manager(t, []cp.Provider{sa, node}, cp.WithServiceAccountTokenSource(fakeTokens{}))
+
+	got, err := m.ForNode().Lookup(bg, "registry.example/app")
+	require.NoError(t, err)
+	assertCreds(t, e.hasher, got, []wantCred{
+		{user: "user:registry.example/app", pass: "pass:registry.example/app", registry: "registry.example", source: nodeSource("node")},
+	})
+	assert.Equal(t, []string{"registry.example/app token=no"}, e.runs(t), "only the node provider ran")
+}
+
+// TestNodeProvidersNeedNoTokenSource: the node's providers make a Manager
+// without a service account token source.
+func TestNodeProvidersNeedNoTokenSource(t *testing.T) {
+	e := newEnv(t)
+	cfg := &cp.Config{Providers: []cp.Provider{saProvider(e, cp.TokenCacheToken, false, nil, nil), e.provider("node", []string{"registry.example"}, time.Hour)}}
+	e.install(t, "sa")
+	e.install(t, "node")
+	gates := cp.WithGates(featuregates.Gates{ServiceAccountTokenForCredentialProviders: true})
+	_, err := cp.NewManager(cfg, e.binDir, e.hasher, gates)
+	require.Error(t, err, "the service-account-token provider needs a token source")
+
+	node := cfg.NodeProviders()
+	require.Len(t, node.Providers, 1)
+	assert.Equal(t, "node", node.Providers[0].Name)
+	m, err := cp.NewManager(node, e.binDir, e.hasher, gates, cp.WithClock(e.clock))
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	got, err := m.ForNode().Lookup(bg, "registry.example/app")
+	require.NoError(t, err)
+	assert.Len(t, got, 1)
 }

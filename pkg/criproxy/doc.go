@@ -35,7 +35,11 @@
 //     contact when the pod's own presence check asked just before (the
 //     IfNotPresent path); anything else is forwarded through the guarded pull of
 //     package guardedpull (the image manager's): a durable pull intent, the
-//     backend's pull, its verification, and the record.
+//     backend's pull, its verification, and the record. A credential that
+//     is the node's own for the image (WithNodeKeyring: the node's docker
+//     config and its credential providers without service account
+//     tokens) is recorded as the node's, node-accessible, as the kubelet
+//     records it; any other as a secret entry of the pod's namespace.
 //   - RemoveImage prunes the records of images that are gone.
 //   - ListImages, ImageFsInfo and StreamImages pass through.
 //

@@ -38,8 +38,9 @@ import (
 // the registry served the manifest bytes the backend resolved ("no digest
 // without bytes"): a failure is PermissionDenied, records nothing and
 // leaves the intent unresolved, so that the name needs verification. A
-// success is recorded: an anonymous pull makes the image node-accessible
-// under this name, a pull with a credential records its keyed hash (see
+// success is recorded: an anonymous pull, or one with a node credential
+// (WithNodeKeyring), makes the image node-accessible under this name, a
+// pull with any other credential records its keyed hash (see
 // recordSource). A failure returns the backend's error with its code and
 // without the credential (the registry's 401 reaches the pod's events); if
 // the backend stored an image under the name although the pull failed or
@@ -88,7 +89,9 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	s.calls.forget(image) // the pull may move the tag
 	rec := cred
-	if !cred.Anonymous() {
+	if src, ok := s.nodeSource(ctx, logger, image, im.Registry, cred); ok {
+		rec.Source = src
+	} else if !cred.Anonymous() {
 		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)
 	}
 	res, err := s.puller.Pull(klog.NewContext(ctx, podLogger), guardedpull.Request{

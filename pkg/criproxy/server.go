@@ -16,6 +16,7 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
+	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
 // Backend is the image service the proxy forwards to: k8s.io/cri-client's
@@ -55,6 +56,12 @@ type Server struct {
 	// check; see WithManifestVerification).
 	verifier guardedpull.Verifier
 	puller   *guardedpull.Puller
+
+	// node gives the node's own credentials (nil: none known; see
+	// WithNodeKeyring); nodeFailing is set while its look-ups fail.
+	node        keyring.Keyring
+	nodeTimeout time.Duration
+	nodeFailing atomic.Bool
 }
 
 // DefaultPruneInterval is how often, at most, a full ListImages (the

@@ -13,7 +13,9 @@
 // FromSecrets reads kubernetes.io/dockerconfigjson and
 // kubernetes.io/dockercfg pull secrets; NodeKeyring reads the first
 // node config.json or .dockercfg found in the kubelet's search order
-// (DefaultNodeConfigFiles); NewStatic holds a fixed pattern→credential
+// (DefaultNodeConfigFiles), and CachedNodeKeyring keeps that keyring as
+// the kubelet keeps it, read again every NodeConfigLifetime (pullguard
+// serve's view of the node's credentials); NewStatic holds a fixed pattern→credential
 // map, such as a plugin's response. Merge chains keyrings; a pod's keyring
 // is Merge(secrets, node, plugins).
 //

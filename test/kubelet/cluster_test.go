@@ -29,6 +29,17 @@ type mode struct {
 	kubeletGate bool
 	// proxy puts `pullguard serve` between the kubelet and containerd.
 	proxy bool
+	// pullSettings are the kubelet's pull throttle and parallelism as
+	// configuration lines; empty: serializeImagePulls: true and the
+	// kubelet's defaults.
+	pullSettings string
+	// kubeletArgs and serveArgs are added to the kubelet's and serve's
+	// command lines.
+	kubeletArgs, serveArgs []string
+	// installed starts serve with the command line of
+	// deploy/systemd/pullguard.service, its paths moved under the test's
+	// directory (installedServe).
+	installed bool
 }
 
 // cluster is one node: etcd, kube-apiserver, a private containerd, the
@@ -194,9 +205,9 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	require.NoError(t, err)
 	metrics := "127.0.0.1:" + strconv.Itoa(port)
 	c.pgMetrics = metrics
-	c.pg, err = spawn(out, nil, c.bins.pullguard, "serve",
-		"--listen", "unix://"+socket,
-		"--image-service-endpoint", "unix://"+c.ctrd.socket,
+	args := []string{"serve",
+		"--listen", "unix://" + socket,
+		"--image-service-endpoint", "unix://" + c.ctrd.socket,
 		"--root-dir", filepath.Join(c.dir, "pullguard"),
 		"--kubelet-root-dir", filepath.Join(c.dir, "kubelet"),
 		"--config", filepath.Join(c.dir, "kubelet-config.yaml"),
@@ -210,7 +221,11 @@ func (c *cluster) startPullguard(ctx context.Context) {
 		// record of.
 		"--unrecorded-images", "preloaded",
 		"--metrics-bind-address", metrics,
-		"-v", "2")
+		"-v", "2"}
+	if c.mode.installed {
+		args = c.installedServe(metrics)
+	}
+	c.pg, err = spawn(out, nil, c.bins.pullguard, append(args, c.mode.serveArgs...)...)
 	require.NoError(t, err)
 	pg := c.pg
 	t.Cleanup(func() { pg.stop(15 * time.Second) })
@@ -234,6 +249,53 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	require.NoError(t, err, out.tail(30))
 }
 
+// installedServe is serve's command line in deploy/systemd/pullguard.service,
+// with each of its paths and addresses moved to this node's.
+func (c *cluster) installedServe(metrics string) []string {
+	t := c.t
+	unit, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", "pullguard.service"))
+	require.NoError(t, err)
+	var line string
+	for _, l := range strings.Split(strings.ReplaceAll(string(unit), "\\\n", " "), "\n") {
+		if rest, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			line = rest
+		}
+	}
+	words := strings.Fields(line)
+	require.GreaterOrEqual(t, len(words), 2, "ExecStart in pullguard.service")
+	require.Equal(t, []string{"/usr/local/bin/pullguard", "serve"}, words[:2])
+	moved := map[string]string{
+		"--listen":                 "unix://" + c.pgSocket(),
+		"--image-service-endpoint": "unix://" + c.ctrd.socket,
+		"--root-dir":               filepath.Join(c.dir, "pullguard"),
+		"--config":                 filepath.Join(c.dir, "kubelet-config.yaml"),
+		"--kubelet-root-dir":       filepath.Join(c.dir, "kubelet"),
+		"--metrics-bind-address":   metrics,
+	}
+	args := []string{"serve"}
+	for i := 2; i < len(words); i++ {
+		flag, value, inline := strings.Cut(words[i], "=")
+		if !inline && i+1 < len(words) && !strings.HasPrefix(words[i+1], "--") {
+			i++
+			value = words[i]
+		}
+		if v, ok := moved[flag]; ok {
+			value = v
+		} else {
+			// A new flag with a path or an address of the real node
+			// must be moved here too.
+			require.False(t, strings.HasPrefix(value, "/") || strings.HasPrefix(value, "unix://") || strings.Contains(value, "127.0.0.1"),
+				"pullguard.service's %s %s: move it under the test's directory in installedServe", flag, value)
+		}
+		if value == "" && !inline {
+			args = append(args, flag) // a boolean flag
+			continue
+		}
+		args = append(args, flag, value)
+	}
+	return append(args, "-v", "2")
+}
+
 func (c *cluster) pgSocket() string { return filepath.Join(c.dir, "pg.sock") }
 
 func (c *cluster) writeKubeletConfig() {
@@ -252,6 +314,15 @@ func (c *cluster) writeKubeletConfig() {
 	}
 	if c.mode.proxy {
 		imageService = "unix://" + c.pgSocket()
+	}
+	pulls := c.mode.pullSettings
+	if c.mode.installed {
+		// What the install's snippet sets, with the kubelet's gate as
+		// the mode says.
+		pulls = installPullSettings(t)
+	}
+	if pulls == "" {
+		pulls = "serializeImagePulls: true\n"
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -277,12 +348,11 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 podLogsDir: %q
 registerNode: true
-serializeImagePulls: true
-syncFrequency: 5s
+%ssyncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
 `, c.mode.kubeletGate, policy, "unix://"+c.ctrd.socket, imageService, port, hport,
-		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"))
+		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"), pulls)
 	path := filepath.Join(c.dir, "kubelet-config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	c.klArgs = []string{
@@ -294,6 +364,7 @@ nodeStatusUpdateFrequency: 5s
 		"--node-ip", "127.0.0.1",
 		"-v", "2",
 	}
+	c.klArgs = append(c.klArgs, c.mode.kubeletArgs...)
 	var err2 error
 	c.klOut, err2 = newOutput(filepath.Join(c.dir, "kubelet.log"))
 	require.NoError(t, err2)

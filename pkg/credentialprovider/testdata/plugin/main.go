@@ -18,6 +18,9 @@
 //	                 the variables listed in -env-names that its environment
 //	                 holds, in the environment's order, as the username
 //	-mode fail-once  exit 1 on the first run (per -record file), then like good
+//	-mode account    answer with the registry account in -account FILE
+//	                 ("username:password" on its first line): a node's
+//	                 credential for a real registry
 //	-mode tattle     like good, after writing to stderr the token, the value of
 //	                 TESTPLUGIN_SECRET and the password it answers, plain,
 //	                 base64 (alone and in user:password), JSON- and URL-escaped
@@ -90,6 +93,7 @@ func main() {
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
 	envNames := flag.String("env-names", "", "comma-separated variable names -mode env-names reports")
 	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
+	account := flag.String("account", "", "file with username:password, for -mode account")
 	flag.Parse()
 
 	switch *mode {
@@ -214,6 +218,17 @@ func main() {
 			a = authConfig{Username: "user", Password: req.ServiceAccountToken}
 		case "env-names":
 			a.Username = os.Getenv("TESTPLUGIN_PREFIX") + "env:" + presentNames(strings.Split(*envNames, ","))
+		case "account":
+			data, err := os.ReadFile(*account)
+			if err != nil {
+				fail("account: %v", err)
+			}
+			line, _, _ := strings.Cut(string(data), "\n")
+			user, pass, ok := strings.Cut(strings.TrimSpace(line), ":")
+			if !ok {
+				fail("account: %s holds no username:password", *account)
+			}
+			a = authConfig{Username: user, Password: pass}
 		}
 		resp.Auth[key] = a
 	}

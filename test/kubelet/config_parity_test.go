@@ -1,9 +1,12 @@
-package main
+package kubelet
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -14,8 +17,6 @@ import (
 	kubeletscheme "k8s.io/kubernetes/pkg/kubelet/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/kubelet/apis/config/validation"
 	"k8s.io/kubernetes/pkg/kubelet/kubeletconfig/util/codec"
-
-	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
 // kubeletVerdict reads a KubeletConfiguration file as the kubelet v1.36
@@ -42,11 +43,14 @@ func kubeletVerdict(t *testing.T, data []byte) (err error) {
 }
 
 // TestKubeletConfigurationParity: every KubeletConfiguration the kubelet
-// v1.36 accepts, pullguard accepts (`pullguard run --config` and `serve
-// --config` read it with nodeconfig.LoadSettings and LoadKubeletConfig), and
-// every one it refuses for a field pullguard reads, pullguard refuses. The
-// files combine the fields pullguard reads with values on both sides of
-// each of the kubelet's rules; both verdicts come from running the code.
+// v1.36 accepts, pullguard accepts, and every one it refuses for a field
+// pullguard reads, pullguard refuses. The files combine the fields
+// pullguard reads with values on both sides of each of the kubelet's
+// rules; both verdicts come from running the code: the kubelet's in this
+// process (this module builds the kubelet, so its packages compile once),
+// pullguard's from `pullguard config check`, which reads each file as `run
+// --config` and `serve --config` read it (nodeconfig.LoadSettings). It
+// needs neither root nor a cluster.
 func TestKubeletConfigurationParity(t *testing.T) {
 	gates := []string{
 		"",
@@ -82,23 +86,19 @@ func TestKubeletConfigurationParity(t *testing.T) {
 		"cgroupDriver: systemd\nclusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nimageGCHighThresholdPercent: 85\n",
 	}
 	dir := t.TempDir()
-	n, accepted := 0, 0
+	type file struct {
+		path, data string
+		kerr       error
+	}
+	var files []file
 	check := func(body string) {
 		t.Helper()
 		// failCgroupV1: false, or the kubelet refuses every file on a
 		// cgroup v1 host (a check of the machine, not of the file).
 		data := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfailCgroupV1: false\n" + body
-		path := filepath.Join(dir, fmt.Sprintf("kc-%d.yaml", n))
-		n++
+		path := filepath.Join(dir, fmt.Sprintf("kc-%d.yaml", len(files)))
 		require.NoError(t, os.WriteFile(path, []byte(data), 0o600))
-		kerr := kubeletVerdict(t, []byte(data))
-		_, perr := nodeconfig.LoadSettings(path, nodeconfig.Flags{})
-		if kerr == nil {
-			accepted++
-			assert.NoError(t, perr, "the kubelet accepts this file, pullguard refuses it:\n%s", data)
-		} else {
-			assert.Error(t, perr, "the kubelet refuses this file (%v), pullguard accepts it:\n%s", kerr, data)
-		}
+		files = append(files, file{path: path, data: data, kerr: kubeletVerdict(t, []byte(data))})
 	}
 	i := 0
 	for _, g := range gates {
@@ -121,7 +121,64 @@ func TestKubeletConfigurationParity(t *testing.T) {
 			check(o + p)
 		}
 	}
-	t.Logf("%d files, %d accepted by the kubelet", n, accepted)
+
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
+	}
+	verdicts := pullguardConfigCheck(t, paths)
+	accepted := 0
+	for _, f := range files {
+		perr, ok := verdicts[f.path]
+		require.True(t, ok, "pullguard config check printed no verdict for %s", f.path)
+		if f.kerr == nil {
+			accepted++
+			assert.Empty(t, perr, "the kubelet accepts this file, pullguard refuses it:\n%s", f.data)
+		} else {
+			assert.NotEmpty(t, perr, "the kubelet refuses this file (%v), pullguard accepts it:\n%s", f.kerr, f.data)
+		}
+	}
+	t.Logf("%d files, %d accepted by the kubelet", len(files), accepted)
 	assert.Greater(t, accepted, 40, "the table must exercise accepted files")
-	assert.Less(t, accepted, n*9/10, "the table must exercise refused files")
+	assert.Less(t, accepted, len(files)*9/10, "the table must exercise refused files")
+}
+
+// pullguardConfigCheck builds this checkout's pullguard and runs `pullguard
+// config check -o json` once on every file: its verdict per file, "" for
+// accepted, the error otherwise.
+func pullguardConfigCheck(t *testing.T, paths []string) map[string]string {
+	t.Helper()
+	src := filepath.Join("..", "..")
+	if s := os.Getenv("PULLGUARD_E2E_SOURCE"); s != "" {
+		src = s
+	}
+	bin := filepath.Join(t.TempDir(), "pullguard")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/pullguard")
+	build.Dir = src
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build ./cmd/pullguard in %s: %s", src, out)
+
+	cmd := exec.Command(bin, append([]string{"config", "check", "-o", "json"}, paths...)...)
+	out, err = cmd.Output()
+	// Exit status 1 when a file is refused: the document tells which.
+	var exit *exec.ExitError
+	if err != nil && !(errors.As(err, &exit) && exit.ExitCode() == 1) {
+		require.NoError(t, err, "pullguard config check")
+	}
+	var doc struct {
+		Kind  string `json:"kind"`
+		Files []struct {
+			File     string `json:"file"`
+			Accepted bool   `json:"accepted"`
+			Error    string `json:"error"`
+		} `json:"files"`
+	}
+	require.NoError(t, json.Unmarshal(out, &doc), "pullguard config check -o json printed:\n%s", lastBytes(out, 2000))
+	require.Equal(t, "ConfigCheck", doc.Kind)
+	verdicts := make(map[string]string, len(doc.Files))
+	for _, f := range doc.Files {
+		require.Equal(t, f.Accepted, f.Error == "", "an error exactly when refused: %+v", f)
+		verdicts[f.File] = f.Error
+	}
+	return verdicts
 }

@@ -1,0 +1,94 @@
+package criproxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/keyring"
+)
+
+// DefaultNodeLookupTimeout bounds how long a forwarded pull waits for the
+// node keyring (WithNodeKeyring) before it files its credential as a
+// pod's.
+const DefaultNodeLookupTimeout = 10 * time.Second
+
+// WithNodeKeyring tells the proxy the node's own credentials: k gives, for
+// an image, what the kubelet's node keyring gives (the node's docker
+// config, keyring.CachedNodeKeyring, and the credential providers that use
+// no service account token, credentialprovider.Manager.ForNode). A
+// forwarded pull whose credential is one of those for the pulled image
+// (the same keyed hash for the image's registry, compared on the username
+// and password, which is all the kubelet sends of a node credential) is
+// recorded with the node credential's source, as the kubelet records it:
+// the image becomes node-accessible, since the kubelet presents that
+// credential for every pod's pull of the image anyway. Any other
+// credential stays a secret entry of the pod's namespace (recordSource).
+//
+// A look-up waits at most timeout (<= 0: DefaultNodeLookupTimeout) and
+// never fails the pull: when k fails or is too slow, the credential is
+// filed as the pod's (fail-closed: the image costs other pods a
+// verification), and the failure is logged once until a look-up succeeds
+// again. The look-up goes on after the pull stops waiting (k bounds its
+// own work: a plugin has its timeout), so that its answer is cached for
+// the next pull.
+func WithNodeKeyring(k keyring.Keyring, timeout time.Duration) Option {
+	if timeout <= 0 {
+		timeout = DefaultNodeLookupTimeout
+	}
+	return func(s *Server) { s.node, s.nodeTimeout = k, timeout }
+}
+
+// nodeLookup is one node keyring answer.
+type nodeLookup struct {
+	creds []credential.Credential
+	err   error
+}
+
+// nodeSource returns the source of the node credential that cred is for
+// image (registry: the image's), or false when it is none of them, or the
+// node keyring could not tell in time.
+func (s *Server) nodeSource(ctx context.Context, logger klog.Logger, image, registry string, cred credential.Credential) (credential.Source, bool) {
+	if s.node == nil || cred.Anonymous() {
+		return credential.Source{}, false
+	}
+	done := make(chan nodeLookup, 1)
+	go func() {
+		creds, err := s.node.Lookup(context.WithoutCancel(ctx), image)
+		done <- nodeLookup{creds: creds, err: err}
+	}()
+	wait, cancel := context.WithTimeout(ctx, s.nodeTimeout)
+	defer cancel()
+	var res nodeLookup
+	select {
+	case res = <-done:
+	case <-wait.Done():
+		res.err = fmt.Errorf("the node keyring did not answer within %v", s.nodeTimeout)
+	}
+	for _, c := range res.creds {
+		if c.Source.Kind != credential.SourceNode {
+			continue
+		}
+		// What the kubelet sends of a node credential: its username and
+		// password (docker config entries and plugin answers hold no
+		// other field it presents).
+		a := credential.AuthConfig{Username: c.Auth.Username, Password: c.Auth.Password}
+		if !a.Empty() && s.hasher.Hash(registry, a).Equal(cred.Hash) {
+			return c.Source, true
+		}
+	}
+	if res.err == nil {
+		s.nodeFailing.Store(false)
+		return credential.Source{}, false
+	}
+	// The keyring's errors hold no credential (keyring.Keyring's contract).
+	if s.nodeFailing.CompareAndSwap(false, true) {
+		logger.Error(res.err, "Could not tell whether a pull's credential is the node's: filing it as the pod's until the node keyring answers again")
+	} else {
+		logger.V(4).Info("Could not tell whether a pull's credential is the node's: filing it as the pod's", "err", res.err)
+	}
+	return credential.Source{}, false
+}

@@ -1,0 +1,509 @@
+package kubelet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestBenchKubelet is `make bench-kubelet` (not part of `make test`): pod
+// start-up and a reboot storm on the same node, with the kubelet's own gate
+// and behind `pullguard serve`, in alternating rounds of one run. The
+// kubelet has the pull settings deploy/kubelet/config-snippet.yaml
+// prescribes, in both modes. PULLGUARD_BENCH_PODS (50),
+// PULLGUARD_BENCH_ROUNDS (3) and PULLGUARD_BENCH_STORM_ROUNDS (2) size it.
+func TestBenchKubelet(t *testing.T) {
+	if os.Getenv("PULLGUARD_BENCH_KUBELET") == "" {
+		t.Skip("a benchmark: run it with make bench-kubelet")
+	}
+	pods := envInt(t, "PULLGUARD_BENCH_PODS", 50)
+	rounds := envInt(t, "PULLGUARD_BENCH_ROUNDS", 3)
+	stormRounds := envInt(t, "PULLGUARD_BENCH_STORM_ROUNDS", 2)
+	bins, podLogs := prepare(t)
+	require.NotEmpty(t, bins.pullguard, bins.noServe)
+	settings := installPullSettings(t)
+	t.Logf("the kubelet's pull settings in both modes (deploy/kubelet/config-snippet.yaml):\n%s", settings)
+	benchModes := func(round int) []mode {
+		ms := []mode{
+			{name: "kubelet-gate-on/containerd", kubeletGate: true, pullSettings: settings},
+			{name: "kubelet-gate-off/pullguard-serve", proxy: true, pullSettings: settings},
+		}
+		if round%2 == 1 {
+			slices.Reverse(ms)
+		}
+		return ms
+	}
+
+	startup := map[string]map[string]*samples{}
+	for r := range rounds {
+		for _, m := range benchModes(r) {
+			t.Run(fmt.Sprintf("start-up/round-%d/%s", r, m.name), func(t *testing.T) {
+				if startup[m.name] == nil {
+					startup[m.name] = map[string]*samples{}
+				}
+				startupRound(t, m, bins, podLogs, pods, startup[m.name])
+			})
+		}
+	}
+	storm := map[string]*samples{}
+	for r := range stormRounds {
+		for _, m := range benchModes(r) {
+			t.Run(fmt.Sprintf("reboot-storm/round-%d/%s", r, m.name), func(t *testing.T) {
+				if storm[m.name] == nil {
+					storm[m.name] = &samples{}
+				}
+				rebootStorm(t, m, bins, podLogs, storm[m.name])
+			})
+		}
+	}
+	t.Log("\n" + benchReport(startup, storm, pods))
+}
+
+// installPullSettings is what the install's snippet sets in the kubelet's
+// configuration, but the endpoints, as configuration lines.
+func installPullSettings(t *testing.T) string {
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubelet", "config-snippet.yaml"))
+	require.NoError(t, err)
+	var snippet map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &snippet))
+	for _, k := range []string{"apiVersion", "kind", "containerRuntimeEndpoint", "imageServiceEndpoint"} {
+		delete(snippet, k)
+	}
+	require.NotEmpty(t, snippet, "the snippet sets nothing but the endpoints")
+	out, err := yaml.Marshal(snippet)
+	require.NoError(t, err)
+	return string(out)
+}
+
+func envInt(t *testing.T, name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err, name)
+	require.Positive(t, n, name)
+	return n
+}
+
+// samples are durations measured in one mode, by what they measure.
+type samples struct {
+	mu sync.Mutex
+	d  map[string][]time.Duration
+	// sliSum and sliCount add up the kubelet's
+	// kubelet_pod_start_sli_duration_seconds over the phases, by phase.
+	sliSum, sliCount map[string]float64
+}
+
+func (s *samples) add(what string, d ...time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.d == nil {
+		s.d = map[string][]time.Duration{}
+	}
+	s.d[what] = append(s.d[what], d...)
+}
+
+func (s *samples) addSLI(what string, sum, count float64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sliSum == nil {
+		s.sliSum, s.sliCount = map[string]float64{}, map[string]float64{}
+	}
+	s.sliSum[what] += sum
+	s.sliCount[what] += count
+}
+
+// quantile is the q-quantile of ds (nearest rank).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// The images of the start-up rounds: benchImages private repositories of
+// tenant A, each pulled once by A before the measured phases.
+const benchImages = 10
+
+// verifiers are the tenants that may pull team-a/* with their own
+// accounts: each (verifier, image) pair is one verification.
+const verifiers = 5
+
+// startupRound brings a node up in mode m, has tenant A pull the images,
+// then measures two phases of `pods` pods created at once: tenant A's
+// pods of the images it pulled ("present"), and pods of the verifiers,
+// each the first of its (tenant, image) pair ("verify").
+func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods int, s map[string]*samples) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var imgs []string
+	c := startCluster(t, ctx, m, bins, func(c *cluster) {
+		c.reg.grant("alice", "team-a/")
+		for v := range verifiers {
+			c.reg.grant(fmt.Sprintf("verifier-%d", v), "team-a/")
+		}
+		for i := range benchImages {
+			img, err := image(bins.pauseBytes, fmt.Sprintf("bench-%d", i))
+			require.NoError(t, err)
+			ref, err := push(ctx, c.reg, img, fmt.Sprintf("team-a/app-%d", i), "v1")
+			require.NoError(t, err)
+			imgs = append(imgs, ref)
+		}
+	})
+	*podLogs = append(*podLogs, c.dir+"/pod-logs")
+	a, err := c.newTenant(ctx, "bench-a", "alice")
+	require.NoError(t, err)
+	var vs []*tenant
+	for v := range verifiers {
+		tn, err := c.newTenant(ctx, fmt.Sprintf("bench-v%d", v), fmt.Sprintf("verifier-%d", v))
+		require.NoError(t, err)
+		vs = append(vs, tn)
+	}
+	// Tenant A's first pulls: the images come down (not measured).
+	var first []*corev1.Pod
+	for i, img := range imgs {
+		first = append(first, pod(a.ns, fmt.Sprintf("first-%d", i), img, ifNotPresent, withSecret))
+	}
+	c.startAll(t, ctx, "first", first)
+	c.removeAll(t, ctx, first)
+
+	if s["present"] == nil {
+		s["present"], s["verify"] = &samples{}, &samples{}
+	}
+	var present, verify []*corev1.Pod
+	for i := range pods {
+		present = append(present, pod(a.ns, fmt.Sprintf("present-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
+		tn := vs[(i/len(imgs))%len(vs)]
+		verify = append(verify, pod(tn.ns, fmt.Sprintf("verify-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
+	}
+	for _, ph := range []struct {
+		name string
+		pods []*corev1.Pod
+	}{{"present", present}, {"verify", verify}} {
+		from := c.reg.markOrFail(t, ctx)
+		sum0, count0 := c.podStartSLI(t, ctx)
+		lat := c.startAll(t, ctx, ph.name, ph.pods)
+		sum1, count1 := c.podStartSLI(t, ctx)
+		tr := summarize(c.reg.hits(from, c.reg.markOrFail(t, ctx)), "")
+		s[ph.name].add("watch", lat...)
+		s[ph.name].add("status", c.statusLatencies(t, ctx, ph.pods)...)
+		s[ph.name].addSLI("sli", sum1-sum0, count1-count0)
+		t.Logf("%s, %s: %d pods, p50 %s, p99 %s; registry: %d manifest requests granted, %d refused, %d blobs",
+			m.name, ph.name, len(lat), quantile(lat, 0.5), quantile(lat, 0.99), tr.manifestOK, tr.manifestDenied, tr.blobs)
+		assert.Zero(t, tr.blobs, "%s: no layer is downloaded again", ph.name)
+		if ph.name == "present" {
+			assert.Zero(t, tr.total, "tenant A's pods of its own present images make no registry request")
+		} else {
+			assert.Positive(t, tr.manifestOK, "the verifiers' pods are verified at the registry")
+		}
+		c.removeAll(t, ctx, ph.pods)
+	}
+}
+
+// startAll creates the pods at once and waits until every container of
+// each runs; it returns, per pod, the time from just before its creation
+// to the moment a watch saw all its containers running.
+func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods []*corev1.Pod) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	key := func(ns, name string) string { return ns + "/" + name }
+	created := make(map[string]time.Time, len(pods))
+	running := make(map[string]time.Time, len(pods))
+	var mu sync.Mutex
+	w, err := c.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+	done := make(chan error, 1)
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			if !allRunning(p) {
+				if o, bad := containerOutcome(p); bad && o.state != "Running" {
+					done <- fmt.Errorf("pod %s/%s: %s: %s", p.Namespace, p.Name, o.state, o.message)
+					return
+				}
+				continue
+			}
+			now := time.Now()
+			mu.Lock()
+			k := key(p.Namespace, p.Name)
+			if _, seen := running[k]; !seen {
+				running[k] = now
+			}
+			n := len(running)
+			mu.Unlock()
+			if n == len(pods) {
+				done <- nil
+				return
+			}
+		}
+		done <- fmt.Errorf("the watch ended: %w", ctx.Err())
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(pods))
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mu.Lock()
+			created[key(p.Namespace, p.Name)] = time.Now()
+			mu.Unlock()
+			if _, err := c.client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err, "create")
+	}
+	require.NoError(t, <-done, "%s: waiting for %d pods", phase, len(pods))
+	mu.Lock()
+	defer mu.Unlock()
+	lat := make([]time.Duration, 0, len(pods))
+	for k, at := range running {
+		lat = append(lat, at.Sub(created[k]))
+	}
+	return lat
+}
+
+// allRunning reports whether every container of p runs.
+func allRunning(p *corev1.Pod) bool {
+	if len(p.Status.ContainerStatuses) != len(p.Spec.Containers) {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// statusLatencies are the pods' own timestamps: creation to the last of
+// its containers' start (whole seconds: the API's resolution).
+func (c *cluster) statusLatencies(t *testing.T, ctx context.Context, pods []*corev1.Pod) []time.Duration {
+	var out []time.Duration
+	for _, p := range pods {
+		got, err := c.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		var last time.Time
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.State.Running != nil && cs.State.Running.StartedAt.After(last) {
+				last = cs.State.Running.StartedAt.Time
+			}
+		}
+		out = append(out, last.Sub(got.CreationTimestamp.Time))
+	}
+	return out
+}
+
+// removeAll deletes the pods and waits until they are gone.
+func (c *cluster) removeAll(t *testing.T, ctx context.Context, pods []*corev1.Pod) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(pods))
+	for _, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- c.remove(ctx, p.Namespace, p.Name)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+// podStartSLI is the kubelet's kubelet_pod_start_sli_duration_seconds:
+// its sum and count so far.
+func (c *cluster) podStartSLI(t *testing.T, ctx context.Context) (sum, count float64) {
+	sum, err := c.kubeletMetric(ctx, "kubelet_pod_start_sli_duration_seconds_sum", nil)
+	require.NoError(t, err)
+	count, err = c.kubeletMetric(ctx, "kubelet_pod_start_sli_duration_seconds_count", nil)
+	require.NoError(t, err)
+	return sum, count
+}
+
+func (r *registry) markOrFail(t *testing.T, ctx context.Context) int {
+	pos, err := r.mark(ctx)
+	require.NoError(t, err)
+	return pos
+}
+
+// The reboot storm: stormPods pods of stormContainers containers each,
+// over stormImages private images of tenant A (each image in 5
+// containers): 200 containers of 40 images.
+const (
+	stormImages     = 40
+	stormPods       = 40
+	stormContainers = 5
+)
+
+// rebootStorm starts the storm's pods (their images come down), then
+// "reboots" the node: the kubelet stops, every pod sandbox is removed from
+// containerd (the images and the records stay, as on a reboot), and the
+// kubelet starts again and restarts all 200 containers at once. It
+// measures the time from the kubelet's start to every container running
+// again, and requires that none met the kubelet's pull throttle.
+func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samples) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	var imgs []string
+	c := startCluster(t, ctx, m, bins, func(c *cluster) {
+		c.reg.grant("alice", "team-a/")
+		for i := range stormImages {
+			img, err := image(bins.pauseBytes, fmt.Sprintf("storm-%d", i))
+			require.NoError(t, err)
+			ref, err := push(ctx, c.reg, img, fmt.Sprintf("team-a/storm-%d", i), "v1")
+			require.NoError(t, err)
+			imgs = append(imgs, ref)
+		}
+	})
+	*podLogs = append(*podLogs, c.dir+"/pod-logs")
+	a, err := c.newTenant(ctx, "storm-a", "alice")
+	require.NoError(t, err)
+	var pods []*corev1.Pod
+	for i := range stormPods {
+		p := pod(a.ns, fmt.Sprintf("storm-%d", i), imgs[(i*stormContainers)%stormImages], ifNotPresent, withSecret)
+		for j := 1; j < stormContainers; j++ {
+			ctr := p.Spec.Containers[0]
+			ctr.Name = fmt.Sprintf("app-%d", j)
+			ctr.Image = imgs[(i*stormContainers+j)%stormImages]
+			p.Spec.Containers = append(p.Spec.Containers, ctr)
+		}
+		pods = append(pods, p)
+	}
+	c.startAll(t, ctx, "before the reboot", pods)
+	before := c.containerIDs(t, ctx, pods)
+
+	c.kl.stop(20 * time.Second)
+	c.removeSandboxes(t, ctx)
+	from := c.reg.markOrFail(t, ctx)
+	start := time.Now()
+	c.startKubelet(ctx)
+	require.NoError(t, poll(10*time.Minute, 200*time.Millisecond, func() (bool, error) {
+		now := c.containerIDs(t, ctx, pods)
+		if len(now) < stormPods*stormContainers {
+			return false, nil
+		}
+		for id := range now {
+			if before[id] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}), "every container running again after the reboot")
+	took := time.Since(start)
+	s.add("storm", took)
+	tr := summarize(c.reg.hits(from, c.reg.markOrFail(t, ctx)), "")
+	throttled := 0
+	for _, p := range pods {
+		n, err := c.eventCount(ctx, p.Namespace, p.Name, "Failed", "pull QPS exceeded")
+		require.NoError(t, err)
+		throttled += n
+	}
+	t.Logf("%s: %d containers of %d images running again %s after the kubelet's start; registry: %d requests; %d pull QPS exceeded events",
+		m.name, stormPods*stormContainers, stormImages, took.Round(10*time.Millisecond), tr.total, throttled)
+	assert.Zero(t, throttled, "no container met the kubelet's pull throttle")
+	assert.False(t, c.kubeletLogHas("pull QPS exceeded"), "the kubelet logged no pull QPS exceeded")
+	assert.Zero(t, tr.total, "tenant A's own present images need no registry request")
+}
+
+// containerIDs are the IDs of the pods' running containers.
+func (c *cluster) containerIDs(t *testing.T, ctx context.Context, pods []*corev1.Pod) map[string]bool {
+	ids := map[string]bool{}
+	for _, p := range pods {
+		got, err := c.client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		require.NoError(t, err)
+		for _, cs := range got.Status.ContainerStatuses {
+			if cs.State.Running != nil && cs.ContainerID != "" {
+				ids[cs.ContainerID] = true
+			}
+		}
+	}
+	return ids
+}
+
+// removeSandboxes stops and removes every pod sandbox on containerd's own
+// socket: what a reboot leaves of the pods (their images stay).
+func (c *cluster) removeSandboxes(t *testing.T, ctx context.Context) {
+	rt, _, done, err := c.ctrd.cri(ctx)
+	require.NoError(t, err)
+	defer done()
+	resp, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	require.NoError(t, err)
+	for _, sb := range resp.GetItems() {
+		_, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: sb.GetId()})
+		require.NoError(t, err)
+		_, err = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: sb.GetId()})
+		require.NoError(t, err)
+	}
+	t.Logf("removed %d pod sandboxes", len(resp.GetItems()))
+}
+
+// benchReport is the Markdown of docs/benchmarks.md's "serve on a node".
+func benchReport(startup map[string]map[string]*samples, storm map[string]*samples, pods int) string {
+	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	var b strings.Builder
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+	fmt.Fprintf(&b, "Pod start-up, %d pods created at once per phase (creation to all containers running):\n\n", pods)
+	fmt.Fprintf(&b, "| phase | measure | kubelet gate | serve | serve − gate | serve / gate |\n|---|---|---|---|---|---|\n")
+	for _, ph := range []string{"present", "verify"} {
+		g, sv := startup[gate][ph], startup[serve][ph]
+		if g == nil || sv == nil {
+			continue
+		}
+		for _, q := range []struct {
+			name string
+			q    float64
+		}{{"p50", 0.5}, {"p99", 0.99}} {
+			gq, sq := quantile(g.d["watch"], q.q), quantile(sv.d["watch"], q.q)
+			fmt.Fprintf(&b, "| %s | %s (watch, %d pods) | %s | %s | %s | %.2f |\n", ph, q.name, len(g.d["watch"]), ms(gq), ms(sq), ms(sq-gq), float64(sq)/float64(max(gq, 1)))
+			gs, ss := quantile(g.d["status"], q.q), quantile(sv.d["status"], q.q)
+			fmt.Fprintf(&b, "| %s | %s (pod status, 1 s resolution) | %s | %s | %s | |\n", ph, q.name, ms(gs), ms(ss), ms(ss-gs))
+		}
+		gm, sm := g.sliSum["sli"]/max(g.sliCount["sli"], 1), sv.sliSum["sli"]/max(sv.sliCount["sli"], 1)
+		fmt.Fprintf(&b, "| %s | mean of kubelet_pod_start_sli_duration_seconds (%.0f / %.0f pods) | %.0f ms | %.0f ms | %.0f ms | %.2f |\n",
+			ph, g.sliCount["sli"], sv.sliCount["sli"], gm*1000, sm*1000, (sm-gm)*1000, sm/max(gm, 1e-9))
+	}
+	if g, sv := storm[gate], storm[serve]; g != nil && sv != nil {
+		gm, sm := quantile(g.d["storm"], 0.5), quantile(sv.d["storm"], 0.5)
+		fmt.Fprintf(&b, "\nReboot storm, %d containers of %d images: kubelet start to all running, median of %d rounds (all: gate %v, serve %v): gate %s, serve %s, serve / gate %.2f\n",
+			stormPods*stormContainers, stormImages, len(g.d["storm"]), roundAll(g.d["storm"]), roundAll(sv.d["storm"]), ms(gm), ms(sm), float64(sm)/float64(max(gm, 1)))
+	}
+	return b.String()
+}
+
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(10 * time.Millisecond)
+	}
+	return out
+}

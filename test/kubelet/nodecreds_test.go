@@ -1,0 +1,227 @@
+package kubelet
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// installedModes are the node as the install sets it up: the kubelet's
+// configuration with deploy/kubelet/config-snippet.yaml merged in, its own
+// gate on, or off with serve started exactly as
+// deploy/systemd/pullguard.service starts it.
+var installedModes = []mode{
+	{name: "kubelet-gate-on/containerd", kubeletGate: true, installed: true},
+	{name: "kubelet-gate-off/pullguard-serve-as-installed", proxy: true, installed: true},
+}
+
+// TestInstalledNode: the install (deploy/) on a node whose registry
+// accounts are the node's own (issue 20). The kubelet starts with the
+// snippet, gate on or off; serve, started as the unit starts it, protects:
+// tenant B is refused tenant A's image. An image pulled with the node's
+// credentials is free to every pod, under the kubelet's own gate and
+// behind serve alike. The node holds two registry accounts: one in
+// config.json in the kubelet's root directory, one given by a
+// credential-provider plugin (the project's test plugin, in the kubelet's
+// provider configuration, which serve reads from the same file). Pods of
+// no secret pull each account's image; another tenant's Never pod and a
+// runAsNonRoot pod of it run; with the registry stopped, new pods of both
+// still run and the kubelet pulls nothing.
+func TestInstalledNode(t *testing.T) {
+	bins, podLogs := prepare(t)
+	plugins := t.TempDir()
+	buildTestPlugin(t, filepath.Join(plugins, "pg-test-plugin"))
+	for _, m := range installedModes {
+		t.Run(m.name, func(t *testing.T) {
+			if m.proxy && bins.pullguard == "" {
+				t.Skip("skipped: " + bins.noServe)
+			}
+			nodeCredentials(t, m, bins, podLogs, plugins)
+		})
+	}
+}
+
+// buildTestPlugin builds pkg/credentialprovider's test plugin to bin.
+func buildTestPlugin(t *testing.T, bin string) {
+	src := filepath.Join("..", "..")
+	if s := os.Getenv("PULLGUARD_E2E_SOURCE"); s != "" {
+		src = s
+	}
+	cmd := exec.Command("go", "build", "-o", bin, "./pkg/credentialprovider/testdata/plugin")
+	cmd.Dir = src
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build the test plugin: %s", out)
+}
+
+// The node's accounts and their repositories.
+const (
+	nodeFileUser   = "node-file"   // in the kubelet's config.json
+	nodePluginUser = "node-plugin" // given by the plugin
+)
+
+func nodeCredentials(t *testing.T, m mode, bins binaries, podLogs *[]string, plugins string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var fileImage, pluginImage, appImage string
+	c := startCluster(t, ctx, m, bins, func(c *cluster) {
+		c.reg.grant("alice", "team-a/")
+		c.reg.grant("bob", "team-b/")
+		c.reg.grant(nodeFileUser, "nodefile/")
+		c.reg.grant(nodePluginUser, "nodeplugin/")
+		c.reg.setUser(nodeFileUser, newSecret(nodeFileUser))
+		c.reg.setUser(nodePluginUser, newSecret(nodePluginUser))
+		publish := func(repo string) string {
+			i, err := image(bins.pauseBytes, repo)
+			require.NoError(t, err)
+			i, err = runAs(i, strconv.Itoa(imageUID))
+			require.NoError(t, err)
+			ref, err := push(ctx, c.reg, i, repo, "v1")
+			require.NoError(t, err)
+			return ref
+		}
+		fileImage, pluginImage = publish("nodefile/agent"), publish("nodeplugin/agent")
+		appImage = publish("team-a/app")
+
+		// The node's docker config, where the kubelet looks first: its
+		// root directory.
+		auth := base64.StdEncoding.EncodeToString([]byte(nodeFileUser + ":" + c.reg.password(nodeFileUser)))
+		cfg := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, c.reg.addr, auth)
+		require.NoError(t, os.WriteFile(filepath.Join(c.mkdir("kubelet"), "config.json"), []byte(cfg), 0o600))
+
+		// The plugin, as the kubelet's provider configuration names it.
+		account := filepath.Join(c.mkdir("plugin"), "account")
+		require.NoError(t, os.WriteFile(account, []byte(nodePluginUser+":"+c.reg.password(nodePluginUser)+"\n"), 0o600))
+		providers := filepath.Join(c.dir, "credential-providers.yaml")
+		require.NoError(t, os.WriteFile(providers, []byte(fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+kind: CredentialProviderConfig
+providers:
+- name: pg-test-plugin
+  apiVersion: credentialprovider.kubelet.k8s.io/v1
+  matchImages: [%q]
+  defaultCacheDuration: 10m
+  args: [-mode, account, -account, %q, -auth-keys, %q]
+`, c.reg.addr, account, c.reg.addr)), 0o644))
+		flags := []string{"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", plugins}
+		c.mode.kubeletArgs = append(c.mode.kubeletArgs, flags...)
+		if c.mode.proxy {
+			c.mode.serveArgs = append(c.mode.serveArgs, flags...)
+		}
+	})
+	*podLogs = append(*podLogs, c.dir+"/pod-logs")
+	w := &world{ctx: ctx, c: c}
+	var err error
+	w.a, err = c.newTenant(ctx, "team-a", "alice")
+	require.NoError(t, err)
+	w.b, err = c.newTenant(ctx, "team-b", "bob")
+	require.NoError(t, err)
+	a, b := w.a, w.b
+
+	if m.proxy {
+		w.step(t, "serve says it protects", func(t *testing.T) {
+			resp, err := http.Get("http://" + c.pgMetrics + "/healthz")
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			assert.True(t, strings.HasPrefix(string(body), "ok: protecting"), "/healthz: %q", body)
+		})
+	}
+	w.step(t, "pullguard doctor on this node", func(t *testing.T) {
+		args := []string{"doctor",
+			"--kubelet-config", filepath.Join(c.dir, "kubelet-config.yaml"),
+			"--kubelet-flags-files", filepath.Join(c.dir, "no-flags-file"),
+			"--serve-socket", "unix://" + c.pgSocket(),
+			"--root-dir", filepath.Join(c.dir, "pullguard")}
+		if m.proxy {
+			args = append(args, "--serve-metrics-address", c.pgMetrics)
+		}
+		out, err := exec.CommandContext(ctx, bins.pullguard, args...).CombinedOutput()
+		if m.proxy {
+			// The install as shipped: nothing to change.
+			assert.NoError(t, err, "%s", out)
+			assert.Contains(t, string(out), "0 problem(s)")
+		} else {
+			// This kubelet asks containerd: doctor says so, with the line
+			// to change.
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "%s", out)
+			assert.Equal(t, 1, exit.ExitCode())
+			assert.Regexp(t, `PROBLEM +image-service-endpoint`, string(out))
+		}
+		t.Logf("pullguard doctor:\n%s", out)
+	})
+	w.step(t, "tenant A pulls its private image; tenant B is refused", func(t *testing.T) {
+		w.runs(t, pod(a.ns, "app-1", appImage, ifNotPresent, withSecret))
+		from := w.mark(t)
+		w.create(t, pod(b.ns, "intruder", appImage, ifNotPresent, noSecret))
+		o, err := c.await(ctx, b.ns, "intruder", func(outcome) bool { return true })
+		require.NoError(t, err)
+		assert.Contains(t, []string{"ErrImagePull", "ImagePullBackOff"}, o.state, o.message)
+		tr := w.since(t, from, "team-a/app")
+		assert.Zero(t, tr.manifestOK, "the registry granted no manifest (the node's accounts may not read team-a/)")
+		assert.Zero(t, tr.blobs)
+		require.NoError(t, c.remove(ctx, b.ns, "intruder"))
+		w.neverPulled(t, pod(b.ns, "intruder-never", appImage, never, noSecret))
+	})
+	for _, src := range []struct{ name, image, repo string }{
+		{"config.json", fileImage, "nodefile/agent"},
+		{"plugin", pluginImage, "nodeplugin/agent"},
+	} {
+		w.step(t, src.name+": a pod of no secret pulls the node account's image", func(t *testing.T) {
+			from := w.mark(t)
+			w.runs(t, pod(a.ns, src.name+"-1", src.image, ifNotPresent, noSecret))
+			tr := w.since(t, from, src.repo)
+			assert.Positive(t, tr.manifestOK, "the registry granted the node's account")
+			assert.Positive(t, tr.blobs, "the layers came down")
+		})
+		w.step(t, src.name+": another tenant's Never pod of it runs", func(t *testing.T) {
+			w.freeRun(t, pod(b.ns, src.name+"-never", src.image, never, noSecret))
+		})
+		w.step(t, src.name+": a runAsNonRoot pod of it runs as the image's user", func(t *testing.T) {
+			name := src.name + "-nonroot"
+			w.freeRun(t, runAsNonRoot(pod(b.ns, name, src.image, ifNotPresent, noSecret)))
+			assert.EqualValues(t, imageUID, w.processUID(t, b.ns, name))
+		})
+	}
+	w.step(t, "with the registry stopped, new pods of both images run", func(t *testing.T) {
+		pulls := func() float64 {
+			n, err := c.kubeletMetric(ctx, "kubelet_runtime_operations_total", map[string]string{"operation_type": "pull_image"})
+			require.NoError(t, err)
+			return n
+		}
+		before := pulls()
+		c.reg.close()
+		for i, img := range []string{fileImage, pluginImage} {
+			name := "outage-" + strconv.Itoa(i)
+			w.runs(t, pod(b.ns, name, img, ifNotPresent, noSecret))
+			_, err := c.awaitEvent(ctx, b.ns, name, "Pulled", "already present on machine")
+			assert.NoError(t, err)
+		}
+		assert.Equal(t, before, pulls(), "the kubelet pulled nothing: the images are free to every pod")
+	})
+	if m.proxy {
+		w.step(t, "no node credential in serve's log", func(t *testing.T) {
+			for _, user := range []string{nodeFileUser, nodePluginUser} {
+				pw := c.reg.password(user)
+				basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + pw))
+				for _, l := range c.pgOut.from(0) {
+					require.NotContains(t, l, pw)
+					require.NotContains(t, l, basic)
+				}
+			}
+		})
+	}
+}
