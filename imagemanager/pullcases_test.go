@@ -20,16 +20,21 @@ import (
 
 // TestPullCases runs the pull cases the CRI proxy passes too
 // (internal/pulltest) against EnsureImageExists, for an Always container
-// of a pod whose pull secret holds the table's credential.
+// of a pod whose pull secret holds the table's credential (IfNotPresent for
+// the cases that say so).
 func TestPullCases(t *testing.T) {
 	pulltest.Run(t, func(t *testing.T, env pulltest.Env) pulltest.Pull {
 		clock := clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))
 		m, err := imagemanager.New(env.Runtime, env.Tracker, record.NewFakeRecorder(100), imagemanager.WithManifestVerification(env.Verifier),
 			imagemanager.WithClock(clock), imagemanager.WithLogger(ktesting.NewLogger(t, ktesting.NewConfig())))
 		require.NoError(t, err)
+		policy := corev1.PullAlways
+		if env.IfNotPresent {
+			policy = corev1.PullIfNotPresent
+		}
 		return func(ctx context.Context) pulltest.Outcome {
 			res, err := m.EnsureImageExists(ctx, imagemanager.Request{Pod: pod("team-a", "app", "regcred"), Image: pulltest.Image,
-				PullPolicy: corev1.PullAlways, PullSecrets: []*corev1.Secret{pulltest.Secret("team-a", "regcred")}})
+				PullPolicy: policy, PullSecrets: []*corev1.Secret{pulltest.Secret("team-a", "regcred")}})
 			return pulltest.Outcome{Class: pullClass(err, res.Message), Message: res.Message}
 		}
 	})

@@ -50,6 +50,9 @@ type serveOptions struct {
 	grace          time.Duration
 	timeout        time.Duration
 	answerWindow   time.Duration
+	// registryConfigPath is containerd's registry config_path, for the
+	// verification requests.
+	registryConfigPath string
 }
 
 func newServeCommand() *cobra.Command {
@@ -95,6 +98,7 @@ socket removed.`,
 	f.StringVar(&o.unrecorded, "unrecorded-images", string(criproxy.UnrecordedVerify), "at the first start, present images no kubelet record covers: verify (each needs one verification) or preloaded")
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
+	f.StringVar(&o.registryConfigPath, "registry-config-path", criruntime.DefaultRegistryConfigPath, "containerd's registry hosts directories (the config_path of its CRI registry configuration, separated by ':'; the default is containerd v2's): the verification of a pull reaches the registry through the same hosts.toml mirrors, CAs and client certificates as the runtime's pull; an absent directory, or \"\", is no configuration")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }
@@ -268,7 +272,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []criproxy.Option {
 	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow)}
 	if !o.embedded() && c.settings.Gates.EnsureSecretPulledImages {
-		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier()))
+		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier(criruntime.WithRegistryConfigPath(o.registryConfigPath))))
 	}
 	return opts
 }

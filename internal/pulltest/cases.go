@@ -45,6 +45,10 @@ type Env struct {
 	Runtime  *Runtime
 	Tracker  credtracker.Enabled
 	Verifier guardedpull.Verifier
+	// IfNotPresent: the front end pulls as the kubelet does for an
+	// IfNotPresent container (a presence check first, then the pull);
+	// else as for an Always container.
+	IfNotPresent bool
 }
 
 // Pull makes a pod of namespace "team-a" pull Image with the credential
@@ -74,6 +78,11 @@ type Case struct {
 	Name string
 	// Preloaded puts Image in the runtime before the pull, with no record.
 	Preloaded bool
+	// Hidden puts Image in the runtime before the pull, recorded as pulled
+	// by this node with no known credential (a pull a crash interrupted),
+	// so that every pod verifies, and the front end pulls it on the
+	// IfNotPresent path.
+	Hidden bool
 	// Runtime is what the runtime's pull does.
 	Runtime Behaviour
 	// Lying makes the registry serve other bytes than those the runtime
@@ -89,6 +98,9 @@ type Case struct {
 	// Free says whether a Never pod with no credential may use the image
 	// afterwards (it may only when it looks preloaded).
 	Free bool
+	// Answered: the registry's answer for the present image stood for the
+	// pull, and the runtime was not asked to pull (else it was, once).
+	Answered bool
 }
 
 // Cases are the pulls both front ends must treat alike.
@@ -102,6 +114,11 @@ var Cases = []Case{
 	{Name: "cancelled pull of a preloaded image it left as it was", Preloaded: true, Runtime: CancelBeforeStore, Want: Canceled, Free: true},
 	{Name: "a lying registry", Runtime: Store, Lying: true, Want: Unverified, Says: []string{"digest mismatch", Image}, Intents: 1},
 	{Name: "an error that echoes the credential", Runtime: Echo, Want: Failed, Says: []string{"401 Unauthorized", leak.Placeholder}},
+	{Name: "a hidden present image the registry serves: no runtime pull", Hidden: true, Runtime: Refuse, Want: Pulled, Record: Credential, Answered: true},
+	{Name: "a hidden present image the registry serves other bytes of: pulled and verified as any", Hidden: true, Runtime: Store, Lying: true,
+		Want: Unverified, Says: []string{"digest mismatch", Image}, Record: Unknown, Intents: 1},
+	{Name: "a hidden present image the runtime fails to pull after the registry served other bytes", Hidden: true, Runtime: Refuse, Lying: true,
+		Want: Failed, Says: []string{"401 Unauthorized"}, Record: Unknown},
 }
 
 // Run runs every case of Cases against the front end fe builds.
@@ -116,9 +133,21 @@ func Run(t *testing.T, fe FrontEnd) {
 			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(rt))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tr.Close() })
-			pull := fe(t, Env{Runtime: rt, Tracker: tr, Verifier: registry{lying: tc.Lying}})
+			if tc.Hidden {
+				rt.preload()
+				imp, ok := tr.(credtracker.Importer)
+				require.True(t, ok, "the tracker imports pulls")
+				require.NoError(t, imp.Import([]credtracker.ImportedPull{{Image: Image, ImageRef: ID}}, nil, ""))
+			}
+			pull := fe(t, Env{Runtime: rt, Tracker: tr, Verifier: registry{lying: tc.Lying}, IfNotPresent: tc.Hidden})
 
 			out := pull(ctx)
+
+			wantPulls := 1
+			if tc.Answered {
+				wantPulls = 0
+			}
+			assert.Equal(t, wantPulls, rt.pulls(), "the runtime's pulls")
 
 			assert.Equal(t, tc.Want, out.Class, out.Message)
 			for _, s := range tc.Says {

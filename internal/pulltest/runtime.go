@@ -58,6 +58,14 @@ type Runtime struct {
 	images map[string]*runtimeapi.Image // by ID
 	does   Behaviour
 	end    func(error) // ends the caller's context
+	pulled int         // PullImage calls
+}
+
+// pulls is how many times PullImage was called.
+func (r *Runtime) pulls() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pulled
 }
 
 var _ criapi.ImageManagerService = (*Runtime)(nil)
@@ -100,6 +108,9 @@ func (r *Runtime) find(name string) *runtimeapi.Image {
 }
 
 func (r *Runtime) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
+	r.mu.Lock()
+	r.pulled++
+	r.mu.Unlock()
 	name := spec.GetImage()
 	pulling := fmt.Sprintf("failed to pull and unpack image %q", name)
 	switch r.does {

@@ -27,8 +27,13 @@ import (
 // podCalls and DefaultAnswerWindow). Any other request (an anonymous one
 // included) is forwarded through the guarded pull (package guardedpull,
 // the image manager's too): a durable pull intent first (if it cannot be
-// written, nothing is pulled: Unavailable), then the backend's pull, which
-// for a present image fetches only the manifest, so the registry decides.
+// written, nothing is pulled: Unavailable), then, for a pull that follows
+// its pod's presence check of a present image, the registry is asked for
+// that image's manifest with the pull's credential, and bytes of its
+// digest are the pull's proof: recorded and answered with the present
+// image's ID, without the backend's pull (guardedpull.Request.Hidden);
+// otherwise the backend's pull, which for a present image fetches only
+// the manifest, so the registry decides.
 // With WithManifestVerification, a success must then pass the check that
 // the registry served the manifest bytes the backend resolved ("no digest
 // without bytes"): a failure is PermissionDenied, records nothing and
@@ -70,8 +75,13 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	defer s.inflight.Done()
 
-	if !cred.Anonymous() {
-		if ref, ok := s.fromRecord(ctx, logger, spec, podKey, cred); ok {
+	// hidden: this pod's presence check reported the image absent just
+	// before (the kubelet's IfNotPresent path), not an Always pull.
+	hidden, id, names := s.calls.take(image, podKey, s.clock.Now())
+	if !hidden {
+		logger.V(2).Info("Forwarding the pull: no presence check of this pod reported the image absent before it, so the kubelet pulls it with policy Always")
+	} else if !cred.Anonymous() {
+		if ref, ok := s.fromRecord(ctx, logger, spec, cred, id, names); ok {
 			s.calls.proved(image, podKey, meta.GetUid(), ref, cred, s.clock.Now())
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
@@ -86,6 +96,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	res, err := s.puller.Pull(klog.NewContext(ctx, podLogger), guardedpull.Request{
 		Spec: spec, Sandbox: req.GetSandboxConfig(), Attempts: []guardedpull.Attempt{{Auth: req.GetAuth(), Credential: rec}},
+		Hidden: hidden,
 	})
 	switch {
 	case errors.Is(err, guardedpull.ErrNoIntent):
@@ -106,20 +117,21 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		return nil, backendError("PullImage", err)
 	}
 	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred, s.clock.Now())
+	if !res.Attempted {
+		countDecision("PullImage", "verified", 0)
+		logger.V(2).Info("The registry served the present image's manifest to the credential; recorded, without the runtime's pull", "imageRef", res.ID, "credential", rec.Source.String())
+		return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
+	}
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
 }
 
-// fromRecord answers a pull from the records when cred's keyed hash
-// already pulled the present image under this name and the pull follows
-// its pod's presence check (podKey "": a call of no pod).
-func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, podKey string, cred credential.Credential) (string, bool) {
-	ok, id, names := s.calls.take(spec.GetImage(), podKey, s.clock.Now())
-	if !ok {
-		logger.V(2).Info("Forwarding the pull: no presence check of this pod reported the image absent before it, so the kubelet pulls it with policy Always")
-		return "", false
-	}
+// fromRecord answers a pull that follows its pod's presence check from
+// the records when cred's keyed hash already pulled the present image
+// under this name; id and names are the status behind that check's
+// answer, if still fresh (else id is "" and the runtime is asked).
+func (s *Server) fromRecord(ctx context.Context, logger klog.Logger, spec *runtimeapi.ImageSpec, cred credential.Credential, id string, names []string) (string, bool) {
 	if id == "" {
 		resp, err := s.backend.ImageStatus(ctx, spec, false)
 		if err != nil || resp.GetImage() == nil {

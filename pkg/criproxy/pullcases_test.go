@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -15,13 +16,28 @@ import (
 
 // TestPullCases runs the pull cases the image manager passes too
 // (internal/pulltest) against PullImage, as the kubelet calls it for a
-// pod with the table's credential.
+// pod with the table's credential: an Always pull, or for the cases that
+// say so the IfNotPresent path (the pod's presence check, then its pull).
 func TestPullCases(t *testing.T) {
 	pulltest.Run(t, func(t *testing.T, env pulltest.Env) pulltest.Pull {
 		srv, err := criproxy.New(env.Runtime, env.Tracker, env.Tracker.Hasher(), criproxy.WithManifestVerification(env.Verifier), criproxy.WithLogger(testLogger()))
 		require.NoError(t, err)
+		spec := &runtimeapi.ImageSpec{Image: pulltest.Image}
+		if env.IfNotPresent {
+			// The kubelet's IfNotPresent path: the pod's presence check
+			// (its annotations on the spec), then its pull.
+			spec.Annotations = map[string]string{"kubernetes.io/config.source": "api", "kubernetes.io/config.seen": "2026-11-21T12:00:00Z"}
+		}
 		return func(ctx context.Context) pulltest.Outcome {
-			_, err := srv.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: pulltest.Image}, Auth: pulltest.Auth(), SandboxConfig: pod("team-a", "app")})
+			if env.IfNotPresent {
+				st, err := srv.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+				require.NoError(t, err)
+				require.Nil(t, st.GetImage(), "the present image is hidden from the pod")
+			}
+			resp, err := srv.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec, Auth: pulltest.Auth(), SandboxConfig: pod("team-a", "app")})
+			if err == nil {
+				assert.Equal(t, pulltest.ID, resp.GetImageRef(), "the runtime's image ref, as the kubelet expects it")
+			}
 			return pulltest.Outcome{Class: pullClass[status.Code(err)], Message: status.Convert(err).Message()}
 		}
 	})

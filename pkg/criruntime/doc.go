@@ -5,7 +5,9 @@
 // pkg/guardedpull pulls through them and scrubs their errors (RedactAuth),
 // and imagemanager and pkg/criproxy read image names with ImageNames and
 // NormalizeImage. It depends on cri-api, cri-client, go-containerregistry,
-// internal/dirlock and internal/leak, and on no pullguard package above it
+// containerd's registry client (core/remotes/docker and its config package,
+// for VerifyManifest), internal/dirlock and internal/leak, and on no
+// pullguard package above it
 // (TestDependencies): the tracker's view of a runtime's images,
 // guardedpull.Inventory, lives with its callers.
 //
@@ -22,6 +24,12 @@
 //     with 401), blobs already in the content store are never downloaded
 //     again, the image ID is the config digest, and RepoTags / RepoDigests are
 //     normalized the way containerd and the kubelet print them.
+//
+// VerifyManifest checks, after a real runtime's pull, that the registry
+// serves the manifest bytes the runtime resolved, reaching it as
+// containerd does: through containerd's registry hosts configuration
+// (hosts.toml mirrors, CAs, client certificates; WithRegistryConfigPath),
+// read with containerd's own library.
 //
 // Nothing in this package logs or returns credential material: registry
 // errors are scrubbed of every field of the AuthConfig before they are

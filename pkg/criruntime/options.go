@@ -20,6 +20,8 @@ type options struct {
 	platform  v1.Platform
 	downloads int
 	userAgent string
+	// registryConfigPath is containerd's config_path, for VerifyManifest.
+	registryConfigPath string
 }
 
 // Option configures an Embedded image service.
@@ -79,4 +81,18 @@ func WithConcurrentDownloads(n int) Option {
 // "pullguard").
 func WithUserAgent(ua string) Option {
 	return func(o *options) { o.userAgent = ua }
+}
+
+// WithRegistryConfigPath makes VerifyManifest reach registries through
+// containerd's registry hosts configuration under dir (containerd's
+// config_path: <dir>/<host>/hosts.toml, or Docker's certificate files
+// there; several directories separated by the OS's list separator, as
+// containerd accepts), so that a verification goes where the runtime's
+// pull went: its mirrors, CAs, client certificates and skip_verify. No
+// path (the default), or a directory with no entry for a registry, is no
+// configuration for it: the registry itself, over HTTPS (plain HTTP with
+// no TLS check for a loopback host with a port other than 443, as in
+// containerd). The embedded runtime does not use it.
+func WithRegistryConfigPath(dir string) Option {
+	return func(o *options) { o.registryConfigPath = dir }
 }

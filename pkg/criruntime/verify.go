@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/log"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -47,18 +49,24 @@ func sha256Of(b []byte) v1.Hash {
 }
 
 // VerifyManifest proves that the registry serves image's manifest to auth:
-// it GETs the manifest the reference names with auth (answering the
-// registry's challenge as a pull does) and hashes the bytes itself. It
-// returns the digest of the bytes served. When expected is not empty, that
-// digest must be one of expected, else the error wraps ErrDigestMismatch;
-// a digest reference must match the bytes in any case. Registry errors are
-// scrubbed of auth's secrets, as a pull's are.
+// it GETs the manifest the reference names, as containerd's CRI plugin
+// reaches the registry (see WithRegistryConfigPath: the hosts of the
+// name's registry in containerd's order, mirrors first, each with its own
+// TLS settings, auth presented to each as containerd presents it, on the
+// request's own 401 challenge), and hashes the bytes itself. The first
+// host that serves the manifest decides; a host that fails (refused, not
+// found, unreachable) passes to the next, as in containerd. It returns the
+// digest of the bytes served. When expected is not empty, that digest
+// must be one of expected, else the error wraps ErrDigestMismatch; a
+// digest reference must match the bytes in any case. A HEAD is never
+// sent, so a Docker-Content-Digest claim proves nothing. Registry errors
+// are scrubbed of auth's secrets, as a pull's are.
 //
 // A runtime that trusts a registry's Docker-Content-Digest header (a HEAD)
 // records a name for content it already holds without the registry having
 // served a byte; calling VerifyManifest after such a runtime's pull, with
 // the digests the runtime resolved as expected, closes that gap. Only the
-// transport and user agent options are used.
+// registry config path and user agent options are used.
 func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string, opts ...Option) (string, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -68,22 +76,48 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 	if err != nil {
 		return "", err
 	}
-	p, err := remote.NewPuller(
-		remote.WithAuth(authenticator(auth)),
-		remote.WithTransport(newChallengeTransport(o.transport, ref.Context().RegistryStr(), auth)),
-		remote.WithUserAgent(o.userAgent),
-	)
+	host, repo, object, byDigest, err := splitName(image)
 	if err != nil {
 		return "", err
 	}
-	desc, _, err := servedManifest(ctx, p, ref)
-	if err != nil {
+	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("failed to verify the manifest of %q: %w", canonicalName(ref), registryFailure(err, auth))
 	}
-	got := desc.Digest.String()
-	if len(expected) > 0 && !slices.Contains(expected, got) {
-		return got, fmt.Errorf("%w: the registry served %q a manifest with digest %s, the runtime resolved %v",
-			ErrDigestMismatch, canonicalName(ref), got, expected)
+	hosts, err := registryHosts(ctx, o.registryConfigPath, host, auth)
+	if err != nil {
+		return fail(fmt.Errorf("failed to read the registry hosts configuration of %s: %w", host, err))
 	}
-	return got, nil
+	caps := docker.HostCapabilityPull
+	if !byDigest {
+		caps |= docker.HostCapabilityResolve
+	}
+	ctx = log.WithLogger(docker.ContextWithAppendPullRepositoryScope(ctx, repo), containerdLog)
+	var errs []error
+	for _, h := range hosts {
+		if !h.Capabilities.Has(caps) {
+			continue
+		}
+		m := getManifest(ctx, h, host, repo, object, o.userAgent)
+		if m.err != nil {
+			errs = append(errs, m.err)
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		got := sha256Of(m.body).String()
+		if byDigest && got != object {
+			return "", fmt.Errorf("%w: %s served a manifest with digest %s for %s", ErrDigestMismatch, h.Host, got, object)
+		}
+		if len(expected) > 0 && !slices.Contains(expected, got) {
+			return got, fmt.Errorf("%w: %s served %q a manifest with digest %s, the runtime resolved %v",
+				ErrDigestMismatch, h.Host, canonicalName(ref), got, expected)
+		}
+		return got, nil
+	}
+	if len(errs) == 0 {
+		return fail(fmt.Errorf("no host of %s is configured to serve %s", host, object))
+	}
+	// The most telling failure: the upstream's, the last host tried.
+	return fail(errs[len(errs)-1])
 }

@@ -16,7 +16,11 @@
 // order, checks a pull the runtime reports done with the Verifier ("no
 // digest without bytes": the registry must serve, to the same credential,
 // the manifest the runtime resolved), and then resolves the intent exactly
-// once:
+// once. For an image the runtime already holds under the name that the
+// caller's presence check hid from the pull's credentials (Request.Hidden),
+// the Verifier is asked first for that present image's manifest: served to
+// a credential, it is the proof a pull would end with, and the runtime is
+// not asked to pull at all. The intent is resolved as follows:
 //
 //   - a verified pull is recorded under the image ID the runtime reports,
 //     with the credential that pulled it;

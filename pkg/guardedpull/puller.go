@@ -76,8 +76,19 @@ type Request struct {
 	Attempts []Attempt
 	// Admit, if set, is asked before each attempt; an error ends the pull
 	// with it before that attempt reaches the runtime (the kubelet's
-	// registry QPS).
+	// registry QPS). A Hidden request's check of the present image is
+	// made after the first attempt's Admit.
 	Admit func() error
+	// Hidden says the caller pulls an image its presence check found but
+	// may not give this pull's credentials yet (the kubelet's IfNotPresent
+	// path for an image the records do not grant them), not a pull that
+	// must ask the runtime (an Always pull). With a Verifier, before the
+	// runtime is asked, the registry is asked to serve the present
+	// image's manifest to each attempt's credential in order (see
+	// Puller.Pull): bytes that hash to the present image's repo digest in
+	// the pulled repository prove access, and the pull is answered with
+	// the present image, without the runtime.
+	Hidden bool
 }
 
 // Attempt is one credential to pull with.
@@ -104,11 +115,24 @@ type Result struct {
 	Image *runtimeapi.Image
 	// Credential is the credential of the attempt that succeeded.
 	Credential credential.Credential
-	// Attempted is set when the runtime was asked to pull.
+	// Attempted is set when the runtime was asked to pull; it is not
+	// when the present image's verification stood for the pull.
 	Attempted bool
 }
 
-// Pull pulls req's image, guarded as the package doc says. Its error
+// Pull pulls req's image, guarded as the package doc says. For a Hidden
+// request whose image the runtime holds under the name, the Verifier is
+// first asked, with each attempt's credential in order, for the manifest
+// of the present image (the digests of its RepoDigests in the pulled
+// repository, as after a pull): served, it is the proof a pull would end
+// with, and the present image is the result (its ID as Ref, as the
+// runtime's pull of an unchanged tag answers), recorded with that
+// credential, at the registry cost of one authenticated manifest GET and
+// no runtime pull. Anything else (other bytes: the tag moved; a refusal;
+// an error) goes to the runtime's pull, verified as any pull; when the
+// runtime resolved the name to the very digest of the other bytes the
+// registry served to the same credential just before, those bytes are
+// that pull's proof and the registry is not asked again. Its error
 // wraps ErrNoIntent (nothing was pulled) or ErrUnverified, or is the
 // runtime's (the attempts' errors aggregated, each with every candidate
 // credential removed).
@@ -137,6 +161,7 @@ func (p *Puller) Pull(ctx context.Context, req Request) (Result, error) {
 // false when the runtime could not say.
 type presence struct {
 	id    string
+	img   *runtimeapi.Image // the runtime's status of it; nil if none
 	known bool
 }
 
@@ -150,22 +175,34 @@ func (p *Puller) attempt(ctx context.Context, req Request) (Result, presence, er
 	secrets := authsOf(attempts)
 	var res Result
 	var before presence
+	var checked bool                        // before was asked for
+	served := make([]string, len(attempts)) // by the present image's check
 	var errs []error
-	for _, a := range attempts {
+	for i, a := range attempts {
 		if req.Admit != nil {
 			if err := req.Admit(); err != nil {
 				errs = append(errs, err)
 				break
 			}
 		}
-		if !res.Attempted {
+		if !checked {
 			before = p.presence(ctx, req.Spec)
-			res.Attempted = true
+			checked = true
+			if req.Hidden && before.img != nil {
+				// Before the runtime is asked: each credential in order.
+				for j, b := range attempts {
+					var ok bool
+					if served[j], ok = p.fromPresent(ctx, req.Spec.GetImage(), criAuth(b.Credential.Auth), before.img); ok {
+						return Result{Ref: before.id, ID: before.id, Image: before.img, Credential: b.Credential}, before, nil
+					}
+				}
+			}
 		}
+		res.Attempted = true
 		ref, err := p.images.PullImage(ctx, req.Spec, a.sent(), req.Sandbox)
 		if err == nil {
 			img := p.pulledImage(ctx, req.Spec, ref)
-			if err = p.verify(ctx, req.Spec.GetImage(), criAuth(a.Credential.Auth), img); err == nil {
+			if err = p.verify(ctx, req.Spec.GetImage(), criAuth(a.Credential.Auth), img, served[i]); err == nil {
 				id := ref
 				if img.GetId() != "" {
 					id = img.GetId()
@@ -190,7 +227,10 @@ func (p *Puller) presence(ctx context.Context, spec *runtimeapi.ImageSpec) prese
 	if err != nil {
 		return presence{}
 	}
-	return presence{id: resp.GetImage().GetId(), known: true}
+	if resp.GetImage().GetId() == "" {
+		return presence{known: true}
+	}
+	return presence{id: resp.GetImage().GetId(), img: resp.GetImage(), known: true}
 }
 
 // pulledImage returns the pulled image as the runtime's status reports it

@@ -13,11 +13,18 @@ import (
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
-// verifiedPullManifests is what one verification pull of a present image
-// costs in successful manifest requests on containerd: containerd's HEAD,
-// then pullguard's GET of the bytes (scenario 10 shows why), through
-// `pullguard run` and through `pullguard serve` alike.
+// verifiedPullManifests is what a pull the runtime makes of a present
+// image (an Always pull) costs in successful manifest requests on
+// containerd: containerd's HEAD, then pullguard's GET of the bytes
+// (scenario 10 shows why), through `pullguard run` and through `pullguard
+// serve` alike.
 const verifiedPullManifests = 2
+
+// verifiedPresentManifests is what the verification of a present image on
+// the IfNotPresent path costs: pullguard's GET of the bytes alone, which
+// stands for the pull (the runtime is not asked: guardedpull's Hidden
+// request), through `pullguard run` and through `pullguard serve` alike.
+const verifiedPresentManifests = 1
 
 // Scenario 10: a tenant runs its own registry that answers a HEAD of
 // evil/app:v1 with the digest of tenant A's private manifest (digests are

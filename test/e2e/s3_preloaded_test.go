@@ -47,7 +47,7 @@ func TestPreloadedImages(t *testing.T) {
 		assert.Equal(t, "ErrImagePull", out.result(t, "team-b/agent-2").Error)
 		assert.Empty(t, out.result(t, "team-a/agent").Error)
 		tf := trafficFor(t, m, "s3/vendor/agent")
-		assert.Equal(t, verifiedPullManifests, tf.manifestOK)
+		assert.Equal(t, verifiedPresentManifests, tf.manifestOK)
 		assert.Zero(t, tf.blobs)
 	})
 

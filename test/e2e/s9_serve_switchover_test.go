@@ -54,7 +54,7 @@ func TestServeSwitchOver(t *testing.T) {
 	out, ok = crictlPull(t, pg, "team-a", "app", private, alice)
 	require.True(t, ok, out)
 	tf := trafficFor(t, m, "s9s/team-a/app")
-	assert.Equal(t, verifiedPullManifests, tf.manifestOK, "tenant A verifies once (its hash is pullguard's, not the kubelet's)")
+	assert.Equal(t, verifiedPresentManifests, tf.manifestOK, "tenant A verifies once (its hash is pullguard's, not the kubelet's)")
 	assert.Zero(t, tf.blobs)
 	out, ok = crictlPull(t, pg, "team-b", "old", unrecorded, nil)
 	require.True(t, ok, out)

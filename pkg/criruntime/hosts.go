@@ -1,0 +1,218 @@
+package criruntime
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/distribution/reference"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/sirupsen/logrus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// DefaultRegistryConfigPath is containerd's default registry hosts
+// directories (the config_path its CRI plugin uses when its configuration
+// sets no registry option, containerd v2: its own, then Docker's).
+const DefaultRegistryConfigPath = "/etc/containerd/certs.d:/etc/docker/certs.d"
+
+// containerdLog is where containerd's registry library logs (it logs to
+// the context's logrus entry): its warnings and errors (a hosts.toml it
+// cannot decode, and so ignores, as containerd does) on standard error,
+// its information and debug lines (each host directory loaded, the HTTPS
+// attempt before plain HTTP on a loopback registry) dropped.
+var containerdLog = func() *log.Entry {
+	l := logrus.New()
+	l.SetLevel(logrus.WarnLevel)
+	return logrus.NewEntry(l)
+}()
+
+// manifestAccept is what a manifest GET accepts: the media types
+// containerd's resolver asks for.
+const manifestAccept = "application/vnd.docker.distribution.manifest.v2+json, " +
+	"application/vnd.docker.distribution.manifest.list.v2+json, " +
+	"application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, */*"
+
+// registryHosts returns the hosts containerd's CRI plugin reaches for the
+// registry host, in its order (the mirrors of the host's hosts.toml
+// first, then the upstream unless the file says otherwise), each with its
+// client (CAs, client certificates, skip_verify) and an authorizer that
+// presents auth as containerd's CRI plugin does. roots is containerd's
+// config_path: directories separated by the OS's list separator; a root
+// with no directory for the host, or none at all, is no configuration,
+// as for containerd.
+func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.AuthConfig) ([]docker.RegistryHost, error) {
+	ctx = log.WithLogger(ctx, containerdLog)
+	var dirs []func(string) (string, error)
+	for _, root := range filepath.SplitList(roots) {
+		dirs = append(dirs, config.HostDirFromRoot(root))
+	}
+	return config.ConfigureHosts(ctx, config.HostOptions{
+		HostDir: func(host string) (string, error) {
+			for _, dir := range dirs {
+				d, err := dir(host)
+				if d != "" || (err != nil && !errdefs.IsNotFound(err)) {
+					return d, err
+				}
+			}
+			return "", errdefs.ErrNotFound
+		},
+		Credentials: func(host string) (string, string, error) { return hostCredentials(auth, host) },
+	})(host)
+}
+
+// hostCredentials is what containerd's CRI plugin presents to a host for
+// a pull's AuthConfig (its ParseAuth): the credential goes to every host
+// of the registry, mirrors included, unless ServerAddress names another
+// host; a username with its password, else an identity token, else the
+// decoded auth field. A registry token is not presented (containerd does
+// not support it): such a pull is anonymous.
+func hostCredentials(auth *runtimeapi.AuthConfig, host string) (string, string, error) {
+	if auth == nil {
+		return "", "", nil
+	}
+	if auth.ServerAddress != "" {
+		u, err := url.Parse(auth.ServerAddress)
+		if err != nil {
+			return "", "", errors.New("the credential's server address is not a URL")
+		}
+		if u.Host != host {
+			return "", "", nil
+		}
+	}
+	switch {
+	case auth.Username != "":
+		return auth.Username, auth.Password, nil
+	case auth.IdentityToken != "":
+		return "", auth.IdentityToken, nil
+	case auth.Auth != "":
+		raw, err := base64.StdEncoding.DecodeString(auth.Auth)
+		if err != nil {
+			return "", "", errors.New("the credential's auth field is not base64")
+		}
+		user, pass, ok := strings.Cut(string(raw), ":")
+		if !ok {
+			return "", "", errors.New("the credential's auth field is not user:password")
+		}
+		return user, strings.Trim(pass, "\x00"), nil
+	}
+	return "", "", nil
+}
+
+// hostManifest is one host's answer to a manifest GET.
+type hostManifest struct {
+	body []byte // nil unless the host answered 2xx
+	err  error
+}
+
+// getManifest GETs the manifest object (a tag or a digest) of repository
+// repo from host h, answering a 401's challenge with h's authorizer once,
+// as containerd's resolver does (no ping of /v2/ first). registry is the
+// registry host of the image's name: a mirror is told it with the ns
+// query parameter, as containerd tells it.
+func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, object, userAgent string) hostManifest {
+	u := url.URL{Scheme: h.Scheme, Host: h.Host, Path: path.Join("/", h.Path, repo, "manifests", object)}
+	if isProxy(h.Host, registry) {
+		u.RawQuery = url.Values{"ns": {registry}}.Encode()
+	}
+	var client http.Client
+	if h.Client != nil {
+		client = *h.Client
+	}
+	client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return authorize(ctx, h, req)
+	}
+	var resp *http.Response
+	for try := 0; try < 2; try++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return hostManifest{err: err}
+		}
+		for k, v := range h.Header {
+			req.Header[k] = append([]string(nil), v...)
+		}
+		req.Header.Set("Accept", manifestAccept)
+		req.Header.Set("User-Agent", userAgent)
+		if err := authorize(ctx, h, req); err != nil {
+			return hostManifest{err: err}
+		}
+		if resp, err = client.Do(req); err != nil {
+			return hostManifest{err: err}
+		}
+		if resp.StatusCode != http.StatusUnauthorized || try > 0 || h.Authorizer == nil {
+			break
+		}
+		// The challenge decides how the credential is presented (Basic,
+		// or a token fetched with it); a challenge it cannot answer ends
+		// the attempt with the 401.
+		if h.Authorizer.AddResponses(ctx, []*http.Response{resp}) != nil {
+			break
+		}
+		drain(resp)
+	}
+	defer drain(resp)
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return hostManifest{err: transport.CheckError(resp, http.StatusOK)}
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataBlob+1))
+	if err != nil {
+		return hostManifest{err: err}
+	}
+	if len(body) > maxMetadataBlob {
+		return hostManifest{err: fmt.Errorf("%w: manifest is larger than %d bytes", ErrUnsupportedManifest, maxMetadataBlob)}
+	}
+	return hostManifest{body: body}
+}
+
+func authorize(ctx context.Context, h docker.RegistryHost, req *http.Request) error {
+	if h.Authorizer == nil {
+		return nil
+	}
+	if err := h.Authorizer.Authorize(ctx, req); err != nil {
+		return fmt.Errorf("failed to authorize: %w", err)
+	}
+	return nil
+}
+
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+}
+
+// isProxy says whether host serves registry's names as a mirror (its
+// requests carry ns=registry), as containerd decides it.
+func isProxy(host, registry string) bool {
+	return host != registry && (registry != "docker.io" || host != "registry-1.docker.io")
+}
+
+// splitName returns the registry host, the repository path and the
+// object (a digest if the name has one, else its tag, "latest" if none)
+// of image, normalized as containerd's CRI plugin normalizes a name.
+func splitName(image string) (host, repo, object string, byDigest bool, err error) {
+	named, err := reference.ParseDockerRef(image)
+	if err != nil {
+		return "", "", "", false, fmt.Errorf("%w: %q: %v", ErrInvalidReference, image, err)
+	}
+	host, repo = reference.Domain(named), reference.Path(named)
+	if d, ok := named.(reference.Digested); ok {
+		return host, repo, d.Digest().String(), true, nil
+	}
+	if t, ok := named.(reference.Tagged); ok {
+		return host, repo, t.Tag(), false, nil
+	}
+	return host, repo, "latest", false, nil
+}
