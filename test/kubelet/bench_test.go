@@ -203,7 +203,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods i
 		sum0, count0 := c.podStartSLI(t, ctx)
 		lat := c.startAll(t, ctx, ph.name, ph.pods)
 		sum1, count1 := c.podStartSLI(t, ctx)
-		tr := summarize(c.reg.hits(from, c.reg.markOrFail(t, ctx)), "")
+		tr := summarizeImages(c.reg.hits(from, c.reg.markOrFail(t, ctx)), imgs)
 		s[ph.name].add("watch", lat...)
 		s[ph.name].add("status", c.statusLatencies(t, ctx, ph.pods)...)
 		s[ph.name].addSLI("sli", sum1-sum0, count1-count0)
@@ -230,37 +230,77 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 	created := make(map[string]time.Time, len(pods))
 	running := make(map[string]time.Time, len(pods))
 	var mu sync.Mutex
-	w, err := c.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+	// seen notes a pod's state; it reports whether every pod runs, or
+	// the error a pod ended in.
+	seen := func(p *corev1.Pod) (bool, error) {
+		if !allRunning(p) {
+			if o, ok := containerOutcome(p); ok && o.state != "Running" {
+				return false, fmt.Errorf("pod %s/%s: %s: %s", p.Namespace, p.Name, o.state, o.message)
+			}
+			return false, nil
+		}
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		k := key(p.Namespace, p.Name)
+		if _, ok := created[k]; !ok {
+			return false, nil // not one of ours
+		}
+		if _, ok := running[k]; !ok {
+			running[k] = now
+		}
+		return len(running) == len(pods), nil
+	}
+	// A watch from a list's resource version; when the server ends it,
+	// list again (catching up on what ran meanwhile) and watch on.
+	list, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	defer w.Stop()
 	done := make(chan error, 1)
+	relists := 0
 	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || ev.Type == watch.Deleted {
-				continue
-			}
-			if !allRunning(p) {
-				if o, bad := containerOutcome(p); bad && o.state != "Running" {
-					done <- fmt.Errorf("pod %s/%s: %s: %s", p.Namespace, p.Name, o.state, o.message)
-					return
-				}
-				continue
-			}
-			now := time.Now()
-			mu.Lock()
-			k := key(p.Namespace, p.Name)
-			if _, seen := running[k]; !seen {
-				running[k] = now
-			}
-			n := len(running)
-			mu.Unlock()
-			if n == len(pods) {
-				done <- nil
+		rv := list.ResourceVersion
+		for ctx.Err() == nil {
+			w, err := c.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+			if err != nil {
+				done <- fmt.Errorf("watch: %w", err)
 				return
 			}
+			for ev := range w.ResultChan() {
+				if ev.Type == watch.Error {
+					break // too old a resource version, most likely: list again
+				}
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok {
+					continue
+				}
+				rv = p.ResourceVersion
+				if ev.Type == watch.Deleted {
+					continue
+				}
+				all, err := seen(p)
+				if all || err != nil {
+					w.Stop()
+					done <- err
+					return
+				}
+			}
+			w.Stop()
+			relists++
+			again, err := c.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				done <- fmt.Errorf("list: %w", err)
+				return
+			}
+			rv = again.ResourceVersion
+			for i := range again.Items {
+				all, err := seen(&again.Items[i])
+				if all || err != nil {
+					done <- err
+					return
+				}
+			}
 		}
-		done <- fmt.Errorf("the watch ended: %w", ctx.Err())
+		done <- ctx.Err()
 	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, len(pods))
@@ -282,6 +322,9 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 		require.NoError(t, err, "create")
 	}
 	require.NoError(t, <-done, "%s: waiting for %d pods", phase, len(pods))
+	if relists > 0 {
+		t.Logf("%s: the watch was ended by the server %d times (listed again each time)", phase, relists)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	lat := make([]time.Duration, 0, len(pods))
@@ -421,7 +464,7 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 	}), "every container running again after the reboot")
 	took := time.Since(start)
 	s.add("storm", took)
-	tr := summarize(c.reg.hits(from, c.reg.markOrFail(t, ctx)), "")
+	tr := summarizeImages(c.reg.hits(from, c.reg.markOrFail(t, ctx)), imgs)
 	throttled := 0
 	for _, p := range pods {
 		n, err := c.eventCount(ctx, p.Namespace, p.Name, "Failed", "pull QPS exceeded")
@@ -433,6 +476,27 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 	assert.Zero(t, throttled, "no container met the kubelet's pull throttle")
 	assert.False(t, c.kubeletLogHas("pull QPS exceeded"), "the kubelet logged no pull QPS exceeded")
 	assert.Zero(t, tr.total, "tenant A's own present images need no registry request")
+}
+
+// summarizeImages sums up the registry's requests for the images'
+// repositories (total: every request).
+func summarizeImages(hits []hit, images []string) traffic {
+	var sum traffic
+	seen := map[string]bool{}
+	for _, img := range images {
+		_, rest, _ := strings.Cut(img, "/")
+		repo, _, _ := strings.Cut(rest, ":")
+		if seen[repo] {
+			continue
+		}
+		seen[repo] = true
+		tr := summarize(hits, repo)
+		sum.manifestOK += tr.manifestOK
+		sum.manifestDenied += tr.manifestDenied
+		sum.blobs += tr.blobs
+	}
+	sum.total = len(hits)
+	return sum
 }
 
 // containerIDs are the IDs of the pods' running containers.
