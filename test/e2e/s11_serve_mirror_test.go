@@ -53,13 +53,20 @@ func TestServeMirror(t *testing.T) {
 	d := startServe(t, newRoot(t), "--registry-config-path", h.containerd.hosts)
 	pg := d.endpoint()
 	records := func() float64 { return metricValue(t, d, `pullguard_credtracker_records{location="memory"}`) }
+	// pull ensures image through serve for pod ns/name as crictlPull does
+	// and returns crictl's output, whether it succeeded, the registry's
+	// mark before it and what the mirror saw of it (logged).
+	pull := func(t *testing.T, ns, name string, who *tenant) (string, bool, int, mirrorLog) {
+		m, mm := mark(t), mirror.mark()
+		out, ok := crictlPull(t, pg, ns, name, image, who)
+		seen := mirror.since(mm)
+		t.Logf("crictl: %s\nthe mirror saw:\n%s", out, seen)
+		return out, ok, m, seen
+	}
 
 	t.Run("tenant A pulls by the mirrored name: through the mirror, verified there, recorded", func(t *testing.T) {
-		m, mm := mark(t), mirror.mark()
-		out, ok := crictlPull(t, pg, "team-a", "app-1", image, alice)
+		out, ok, m, seen := pull(t, "team-a", "app-1", alice)
 		require.True(t, ok, out)
-		seen := mirror.since(mm)
-		t.Logf("the mirror saw:\n%s", seen)
 		assert.Positive(t, seen.count("containerd", "HEAD", manifests+"v1", 200), "containerd resolved the tag at the mirror")
 		assert.Positive(t, seen.count("containerd", "GET", "/v2/"+repo+"/blobs/", 200), "and fetched the blobs from it")
 		assert.Equal(t, []string{"GET " + manifests + "v1 401", "GET " + manifests + "v1 200"}, seen.of("pullguard"),
@@ -72,12 +79,9 @@ func TestServeMirror(t *testing.T) {
 	})
 	t.Run("tenant B is refused: no manifest served, no blob", func(t *testing.T) {
 		before := records()
-		m, mm := mark(t), mirror.mark()
-		out, ok := crictlPull(t, pg, "team-b", "intruder", image, bob)
+		out, ok, m, seen := pull(t, "team-b", "intruder", bob)
 		assert.False(t, ok, out)
 		assert.NotContains(t, out, bob.password)
-		seen := mirror.since(mm)
-		t.Logf("crictl: %s\nthe mirror saw:\n%s", out, seen)
 		assert.Regexp(t, refused, out, "the registry's refusal, through the mirror, reaches the client")
 		// docs/serve.md, "What a verification costs": a present image, a
 		// refused credential: serve's GET 401, GET 401, then the runtime's
@@ -93,18 +97,14 @@ func TestServeMirror(t *testing.T) {
 		assert.Equal(t, before, records(), "nothing recorded")
 	})
 	t.Run("tenant A again: no request", func(t *testing.T) {
-		m, mm := mark(t), mirror.mark()
-		out, ok := crictlPull(t, pg, "team-a", "app-2", image, alice)
+		out, ok, m, seen := pull(t, "team-a", "app-2", alice)
 		require.True(t, ok, out)
-		assert.Empty(t, mirror.since(mm))
+		assert.Empty(t, seen)
 		assert.Zero(t, registryRequests(t, m))
 	})
 	t.Run("tenant C is verified through the mirror: serve's manifest GET, no runtime pull, no blob", func(t *testing.T) {
-		m, mm := mark(t), mirror.mark()
-		out, ok := crictlPull(t, pg, "team-c", "app", image, carol)
+		out, ok, m, seen := pull(t, "team-c", "app", carol)
 		require.True(t, ok, out)
-		seen := mirror.since(mm)
-		t.Logf("the mirror saw:\n%s", seen)
 		// docs/serve.md, "What a verification costs": a present image, a
 		// new credential: GET manifest 401, GET manifest 200, at the first
 		// mirror that answers; the runtime is not asked.
@@ -114,10 +114,9 @@ func TestServeMirror(t *testing.T) {
 		assert.Equal(t, verifiedPresentManifests, tf.manifestOK)
 		assert.Zero(t, tf.blobs)
 		assert.Equal(t, 2, registryRequests(t, m), "the registry saw the mirror's two requests")
-		mm = mirror.mark()
-		_, ok = crictlPull(t, pg, "team-c", "app-2", image, carol)
-		require.True(t, ok)
-		assert.Empty(t, mirror.since(mm), "and remembered")
+		out, ok, _, seen = pull(t, "team-c", "app-2", carol)
+		require.True(t, ok, out)
+		assert.Empty(t, seen, "and remembered")
 	})
 
 	for i, tt := range liarModes {
