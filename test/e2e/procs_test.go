@@ -260,12 +260,23 @@ func (r *dockerRegistry) requests(mark int) []request {
 type containerd struct {
 	dir    string
 	socket string
-	log    *logSink
-	proc   *process
+	// hosts is its CRI registry's config_path: a directory per registry
+	// host holding that host's hosts.toml. The harness creates it empty,
+	// so a registry with no directory in it is reached as without
+	// config_path; a scenario that mirrors a host name writes that host's
+	// directory and removes it when done.
+	hosts string
+	log   *logSink
+	proc  *process
 }
 
 func startContainerd(dir string) (*containerd, error) {
-	c := &containerd{dir: dir, socket: filepath.Join(dir, "c.sock")}
+	c := &containerd{dir: dir, socket: filepath.Join(dir, "c.sock"), hosts: filepath.Join(dir, "certs.d")}
+	if err := os.MkdirAll(c.hosts, 0o755); err != nil {
+		return nil, err
+	}
+	// Config version 2, the format of the Debian containerd (1.6), whose
+	// CRI plugin takes config_path under its registry table.
 	cfg := fmt.Sprintf(`version = 2
 root = %q
 state = %q
@@ -275,7 +286,9 @@ state = %q
   disable_tcp_service = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "native"
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket)
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, c.hosts)
 	path := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
