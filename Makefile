@@ -59,8 +59,9 @@ bench:
 ## `make test` (about 15 minutes).
 PODS ?= 50
 ROUNDS ?= 3
+STORM_ROUNDS ?= 2
 bench-kubelet:
-	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) \
+	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \
 	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
 
 ## bench-serve: the real `pullguard serve` as a process on a node (Linux):
