@@ -225,13 +225,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods i
 		for v := range verifiers {
 			c.reg.grant(fmt.Sprintf("verifier-%d", v), "team-a/")
 		}
-		for i := range benchImages {
-			img, err := image(bins.pauseBytes, fmt.Sprintf("bench-%d", i))
-			require.NoError(t, err)
-			ref, err := push(ctx, c.reg, img, fmt.Sprintf("team-a/app-%d", i), "v1")
-			require.NoError(t, err)
-			imgs = append(imgs, ref)
-		}
+		imgs = publishImages(t, ctx, c, bins, "team-a/app", benchImages)
 	})
 	*podLogs = append(*podLogs, c.dir+"/pod-logs")
 	a, err := c.newTenant(ctx, "bench-a", "alice")
@@ -284,6 +278,21 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods i
 		}
 		c.removeAll(t, ctx, ph.pods)
 	}
+}
+
+// publishImages pushes n distinct images, repo-0:v1 to repo-(n-1):v1, and
+// returns their references.
+func publishImages(t *testing.T, ctx context.Context, c *cluster, bins binaries, repo string, n int) []string {
+	var refs []string
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", repo, i)
+		img, err := image(bins.pauseBytes, name)
+		require.NoError(t, err)
+		ref, err := push(ctx, c.reg, img, name, "v1")
+		require.NoError(t, err)
+		refs = append(refs, ref)
+	}
+	return refs
 }
 
 // startAll creates the pods at once and waits until every container of
@@ -487,13 +496,7 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 	var imgs []string
 	c := startCluster(t, ctx, m, bins, func(c *cluster) {
 		c.reg.grant("alice", "team-a/")
-		for i := range stormImages {
-			img, err := image(bins.pauseBytes, fmt.Sprintf("storm-%d", i))
-			require.NoError(t, err)
-			ref, err := push(ctx, c.reg, img, fmt.Sprintf("team-a/storm-%d", i), "v1")
-			require.NoError(t, err)
-			imgs = append(imgs, ref)
-		}
+		imgs = publishImages(t, ctx, c, bins, "team-a/storm", stormImages)
 	})
 	*podLogs = append(*podLogs, c.dir+"/pod-logs")
 	a, err := c.newTenant(ctx, "storm-a", "alice")
