@@ -102,14 +102,18 @@ SWEEP_POSITIONS ?= 10000
 sweep:
 	CREDTRACKER_LONG=1 CREDTRACKER_SWEEP_LARGE=$(SWEEP_POSITIONS) $(GO) test -count=1 -run '^(TestStoreSweep|TestIndex|TestSecurityProperty)' -v -timeout 90m ./credtracker/
 
-## lint: gofmt, go vet, and go.mod/go.sum exactly as `go mod tidy` leaves them.
+## lint: gofmt, go vet, go.mod/go.sum exactly as `go mod tidy` leaves them,
+## and the module type-checked for darwin.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null; git ls-files -o --exclude-standard '*.go' 2>/dev/null)); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
-	@# Embedders build on other systems: the module must at least compile there.
-	GOOS=darwin $(GO) build ./...
+	@# Embedders build on other systems: the module must at least compile
+	@# there. Type-checked from source with every dependency (tools/crosscheck,
+	@# a module of its own): seconds, where a cold `GOOS=darwin go build ./...`
+	@# compiled every dependency a second time (2 min 47 s on this machine).
+	cd tools/crosscheck && $(GO) test -count=1 . && $(GO) run . -C ../.. -goos darwin ./...
 
 clean:
 	rm -rf pullguard-state bin
