@@ -131,7 +131,7 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 	w.step(t, "an Always pod of A after A's password changed at the registry is refused, B in back-off", func(t *testing.T) {
 		alwaysAfterRotation(t, w)
 	})
-	w.step(t, "an image volume is pulled once over a minute of syncs; with Never", func(t *testing.T) {
+	w.step(t, "an image volume is pulled once over three syncs; with Never", func(t *testing.T) {
 		imageVolumeSyncs(t, w, m)
 	})
 	w.step(t, "a kubelet restart keeps the protection", func(t *testing.T) {
