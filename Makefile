@@ -51,17 +51,18 @@ e2e-kubelet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) $(PKGS)
 
-## bench-kubelet: pod start-up (PODS pods created at once, of present
-## images and of images a tenant must verify) and a reboot storm (200
+## bench-kubelet: pod start-up (SEQ pods one at a time, then PODS pods
+## created at once, of present images and of images a tenant must verify) and a reboot storm (200
 ## containers of 40 images), under the real kubelet with its own gate and
 ## behind pullguard serve, in alternating rounds of one run; prints the
 ## tables of docs/benchmarks.md ("serve on a node"). As root; not part of
 ## `make test` (about 15 minutes).
 PODS ?= 50
+SEQ ?= 10
 ROUNDS ?= 3
 STORM_ROUNDS ?= 2
 bench-kubelet:
-	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \
+	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_SEQ=$(SEQ) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \
 	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
 
 ## bench-serve: the real `pullguard serve` as a process on a node (Linux):

@@ -2,9 +2,12 @@ package kubelet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,14 +28,18 @@ import (
 // start-up and a reboot storm on the same node, with the kubelet's own gate
 // and behind `pullguard serve`, in alternating rounds of one run. The
 // kubelet has the pull settings deploy/kubelet/config-snippet.yaml
-// prescribes, in both modes. PULLGUARD_BENCH_PODS (50),
+// prescribes, in both modes. PULLGUARD_BENCH_PODS (50: the pods of each
+// burst), PULLGUARD_BENCH_SEQ (10: the pods started one at a time),
 // PULLGUARD_BENCH_ROUNDS (3) and PULLGUARD_BENCH_STORM_ROUNDS (2; 0: no
-// storm) size it.
+// storm) size it. PULLGUARD_BENCH_STORM_PARALLEL_PULLS=N adds a third mode
+// to each storm round: serve with the kubelet's maxParallelImagePulls N
+// instead of the snippet's (0: unset, no bound).
 func TestBenchKubelet(t *testing.T) {
 	if os.Getenv("PULLGUARD_BENCH_KUBELET") == "" {
 		t.Skip("a benchmark: run it with make bench-kubelet")
 	}
 	pods := envInt(t, "PULLGUARD_BENCH_PODS", 50)
+	seq := envInt(t, "PULLGUARD_BENCH_SEQ", 10)
 	rounds := envInt(t, "PULLGUARD_BENCH_ROUNDS", 3)
 	stormRounds := envInt(t, "PULLGUARD_BENCH_STORM_ROUNDS", 2)
 	bins, podLogs := prepare(t)
@@ -41,8 +48,9 @@ func TestBenchKubelet(t *testing.T) {
 	t.Logf("the kubelet's pull settings in both modes (deploy/kubelet/config-snippet.yaml):\n%s", settings)
 	benchModes := func(round int) []mode {
 		ms := []mode{
-			{name: "kubelet-gate-on/containerd", kubeletGate: true, pullSettings: settings},
-			{name: "kubelet-gate-off/pullguard-serve", proxy: true, pullSettings: settings},
+			{name: "kubelet-gate-on/containerd", kubeletGate: true, installed: true, pullSettings: settings},
+			// serve with its unit's command line, at its verbosity.
+			{name: "kubelet-gate-off/pullguard-serve", proxy: true, installed: true, quietServe: true, pullSettings: settings},
 		}
 		if round%2 == 1 {
 			slices.Reverse(ms)
@@ -57,13 +65,26 @@ func TestBenchKubelet(t *testing.T) {
 				if startup[m.name] == nil {
 					startup[m.name] = map[string]*samples{}
 				}
-				startupRound(t, m, bins, podLogs, pods, startup[m.name])
+				startupRound(t, m, bins, podLogs, seq, pods, startup[m.name])
 			})
+		}
+	}
+	stormModes := benchModes
+	if v := os.Getenv("PULLGUARD_BENCH_STORM_PARALLEL_PULLS"); v != "" {
+		n := envInt(t, "PULLGUARD_BENCH_STORM_PARALLEL_PULLS", 0)
+		extra := mode{name: fmt.Sprintf("kubelet-gate-off/pullguard-serve/maxParallelImagePulls=%d", n), proxy: true,
+			installed: true, quietServe: true, pullSettings: withParallelPulls(t, settings, n)}
+		stormModes = func(round int) []mode {
+			ms := append(benchModes(round), extra)
+			if round%2 == 1 {
+				ms[0], ms[2] = ms[2], ms[0] // the extra mode runs first in odd rounds
+			}
+			return ms
 		}
 	}
 	storm := map[string]*samples{}
 	for r := range stormRounds {
-		for _, m := range benchModes(r) {
+		for _, m := range stormModes(r) {
 			t.Run(fmt.Sprintf("reboot-storm/round-%d/%s", r, m.name), func(t *testing.T) {
 				if storm[m.name] == nil {
 					storm[m.name] = &samples{}
@@ -72,7 +93,7 @@ func TestBenchKubelet(t *testing.T) {
 			})
 		}
 	}
-	t.Log("\n" + benchReport(startup, storm, pods))
+	t.Log("\n" + benchReport(startup, storm, seq, pods))
 }
 
 // installPullSettings is what the install's snippet sets in the kubelet's
@@ -89,6 +110,25 @@ func installPullSettings(t *testing.T) string {
 	out, err := yaml.Marshal(snippet)
 	require.NoError(t, err)
 	return string(out)
+}
+
+// withParallelPulls is settings with maxParallelImagePulls n (0: the
+// line removed, no bound).
+func withParallelPulls(t *testing.T, settings string, n int) string {
+	var out []string
+	found := false
+	for _, l := range strings.Split(strings.TrimRight(settings, "\n"), "\n") {
+		if strings.HasPrefix(l, "maxParallelImagePulls:") {
+			found = true
+			if n == 0 {
+				continue
+			}
+			l = fmt.Sprintf("maxParallelImagePulls: %d", n)
+		}
+		out = append(out, l)
+	}
+	require.True(t, found, "the snippet sets maxParallelImagePulls")
+	return strings.Join(out, "\n") + "\n"
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -209,14 +249,22 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 const benchImages = 10
 
 // verifiers are the tenants that may pull team-a/* with their own
-// accounts: each (verifier, image) pair is one verification.
-const verifiers = 5
+// accounts: each (verifier, image) pair is one verification. The last
+// one's pods are the one-at-a-time verifications, the others' the burst's.
+const verifiers = 6
+
+// The phases of a start-up round, in the order they run: the pods of one
+// at a time first (each created when the one before runs: what one pod's
+// start costs, on a machine with cores to spare), then the bursts of pods
+// created at once (what a node's two cores do under 50 pods).
+var startupPhases = []string{"present, one at a time", "verify, one at a time", "present", "verify"}
 
 // startupRound brings a node up in mode m, has tenant A pull the images,
-// then measures two phases of `pods` pods created at once: tenant A's
-// pods of the images it pulled ("present"), and pods of the verifiers,
-// each the first of its (tenant, image) pair ("verify").
-func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods int, s map[string]*samples) {
+// then measures tenant A's pods of the images it pulled ("present") and
+// pods of the verifiers, each the first of its (tenant, image) pair
+// ("verify"): seq of each started one at a time, then bursts of `pods`
+// created at once.
+func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, pods int, s map[string]*samples) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	var imgs []string
@@ -244,23 +292,45 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods i
 	c.startAll(t, ctx, "first", first)
 	c.removeAll(t, ctx, first)
 
-	if s["present"] == nil {
-		s["present"], s["verify"] = &samples{}, &samples{}
+	for _, ph := range startupPhases {
+		if s[ph] == nil {
+			s[ph] = &samples{}
+		}
 	}
-	var present, verify []*corev1.Pod
+	var present, verify, presentSeq, verifySeq []*corev1.Pod
 	for i := range pods {
 		present = append(present, pod(a.ns, fmt.Sprintf("present-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
-		tn := vs[(i/len(imgs))%len(vs)]
+		tn := vs[(i/len(imgs))%(len(vs)-1)]
 		verify = append(verify, pod(tn.ns, fmt.Sprintf("verify-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
 	}
-	for _, ph := range []struct {
-		name string
-		pods []*corev1.Pod
-	}{{"present", present}, {"verify", verify}} {
+	for i := range seq {
+		presentSeq = append(presentSeq, pod(a.ns, fmt.Sprintf("present-seq-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
+		verifySeq = append(verifySeq, pod(vs[len(vs)-1].ns, fmt.Sprintf("verify-seq-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
+	}
+	require.LessOrEqual(t, seq, len(imgs), "each one-at-a-time verification is of a (tenant, image) pair of its own")
+	phasePods := map[string][]*corev1.Pod{
+		startupPhases[0]: presentSeq, startupPhases[1]: verifySeq,
+		startupPhases[2]: present, startupPhases[3]: verify,
+	}
+	for _, name := range startupPhases {
+		ph := struct {
+			name string
+			pods []*corev1.Pod
+		}{name, phasePods[name]}
+		if len(ph.pods) == 0 {
+			continue
+		}
 		from := c.reg.markOrFail(t, ctx)
 		sum0, count0 := c.podStartSLI(t, ctx)
 		cpu0 := c.cpuSeconds(t)
-		lat := c.startAll(t, ctx, ph.name, ph.pods)
+		var lat []time.Duration
+		if strings.HasSuffix(ph.name, "one at a time") {
+			for _, p := range ph.pods {
+				lat = append(lat, c.startAll(t, ctx, ph.name, []*corev1.Pod{p})...)
+			}
+		} else {
+			lat = c.startAll(t, ctx, ph.name, ph.pods)
+		}
 		cpu := cpuDelta(cpu0, c.cpuSeconds(t))
 		sum1, count1 := c.podStartSLI(t, ctx)
 		s[ph.name].addCPU(cpu)
@@ -271,7 +341,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, pods i
 		t.Logf("%s, %s: %d pods, p50 %s, p99 %s; registry: %d manifest requests granted, %d refused, %d blobs",
 			m.name, ph.name, len(lat), quantile(lat, 0.5), quantile(lat, 0.99), tr.manifestOK, tr.manifestDenied, tr.blobs)
 		assert.Zero(t, tr.blobs, "%s: no layer is downloaded again", ph.name)
-		if ph.name == "present" {
+		if strings.HasPrefix(ph.name, "present") {
 			assert.Zero(t, tr.total, "tenant A's pods of its own present images make no registry request")
 		} else {
 			assert.Positive(t, tr.manifestOK, "the verifiers' pods are verified at the registry")
@@ -545,9 +615,45 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 	}
 	t.Logf("%s: %d containers of %d images running again %s after the kubelet's start; registry: %d requests; %d pull QPS exceeded events",
 		m.name, stormPods*stormContainers, stormImages, took.Round(10*time.Millisecond), tr.total, throttled)
+	if m.proxy {
+		pulled, waited := c.pullTimes(t, ctx, pods, start)
+		s.add("pull", pulled...)
+		s.add("wait", waited...)
+		t.Logf("%s: %d answered pulls in the kubelet's events: pull p50 %s, p99 %s; waiting for a pull slot p50 %s, p99 %s",
+			m.name, len(pulled), quantile(pulled, 0.5), quantile(pulled, 0.99), quantile(waited, 0.5), quantile(waited, 0.99))
+	}
 	assert.Zero(t, throttled, "no container met the kubelet's pull throttle")
 	assert.False(t, c.kubeletLogHas("pull QPS exceeded"), "the kubelet logged no pull QPS exceeded")
 	assert.Zero(t, tr.total, "tenant A's own present images need no registry request")
+}
+
+// pulledEvent is the kubelet's message for a successful pull
+// (pkg/kubelet/images/image_manager.go): the pull's own time, and the time
+// including the wait for one of maxParallelImagePulls slots.
+var pulledEvent = regexp.MustCompile(`^Successfully pulled image ".*" in ([0-9.a-zµ]+) \(([0-9.a-zµ]+) including waiting\)`)
+
+// pullTimes are the kubelet's own figures for each pull of the pods it
+// reported after since: the pull (PullImage and the size look-up) and the
+// wait for a pull slot before it.
+func (c *cluster) pullTimes(t *testing.T, ctx context.Context, pods []*corev1.Pod, since time.Time) (pulled, waited []time.Duration) {
+	for _, p := range pods {
+		evs, err := c.kubeletEvents(ctx, p.Namespace, p.Name)
+		require.NoError(t, err)
+		for _, e := range evs {
+			m := pulledEvent.FindStringSubmatch(e.Message)
+			if e.Reason != "Pulled" || m == nil || e.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+				continue
+			}
+			d, err1 := time.ParseDuration(m[1])
+			all, err2 := time.ParseDuration(m[2])
+			require.NoError(t, errors.Join(err1, err2), "the kubelet's event %q", e.Message)
+			for range max(e.Count, 1) {
+				pulled = append(pulled, d)
+				waited = append(waited, all-d)
+			}
+		}
+	}
+	return pulled, waited
 }
 
 // summarizeImages sums up the registry's requests for the images'
@@ -604,13 +710,13 @@ func (c *cluster) removeSandboxes(t *testing.T, ctx context.Context) {
 }
 
 // benchReport is the Markdown of docs/benchmarks.md's "serve on a node".
-func benchReport(startup map[string]map[string]*samples, storm map[string]*samples, pods int) string {
+func benchReport(startup map[string]map[string]*samples, storm map[string]*samples, seq, pods int) string {
 	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
 	var b strings.Builder
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(&b, "Pod start-up, %d pods created at once per phase (creation to all containers running):\n\n", pods)
+	fmt.Fprintf(&b, "Pod start-up, %d pods one at a time and %d pods created at once per phase (creation to all containers running):\n\n", seq, pods)
 	fmt.Fprintf(&b, "| phase | measure | kubelet gate | serve | serve − gate | serve / gate |\n|---|---|---|---|---|---|\n")
-	for _, ph := range []string{"present", "verify"} {
+	for _, ph := range startupPhases {
 		g, sv := startup[gate][ph], startup[serve][ph]
 		if g == nil || sv == nil {
 			continue
@@ -629,7 +735,7 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 			ph, g.sliCount["sli"], sv.sliCount["sli"], gm*1000, sm*1000, (sm-gm)*1000, sm/max(gm, 1e-9))
 	}
 	fmt.Fprintf(&b, "\nCPU seconds used while the pods started, summed over the rounds:\n\n| phase | process | kubelet gate | serve | serve − gate |\n|---|---|---|---|---|\n")
-	for _, ph := range []string{"present", "verify"} {
+	for _, ph := range startupPhases {
 		g, sv := startup[gate][ph], startup[serve][ph]
 		if g == nil || sv == nil {
 			continue
@@ -646,6 +752,19 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 		gm, sm := quantile(g.d["storm"], 0.5), quantile(sv.d["storm"], 0.5)
 		fmt.Fprintf(&b, "\nReboot storm, %d containers of %d images: kubelet start to all running, median of %d rounds (all: gate %v, serve %v): gate %s, serve %s, serve / gate %.2f\n",
 			stormPods*stormContainers, stormImages, len(g.d["storm"]), roundAll(g.d["storm"]), roundAll(sv.d["storm"]), ms(gm), ms(sm), float64(sm)/float64(max(gm, 1)))
+		for _, name := range slices.Sorted(maps.Keys(storm)) {
+			x := storm[name]
+			if name != gate && name != serve {
+				xm := quantile(x.d["storm"], 0.5)
+				fmt.Fprintf(&b, "%s: median %s (all: %v), / gate %.2f; CPU seconds: kubelet %.1f, kube-apiserver %.1f, etcd %.1f, containerd %.1f, serve %.1f\n",
+					name, ms(xm), roundAll(x.d["storm"]), float64(xm)/float64(max(gm, 1)),
+					x.cpu["kubelet"], x.cpu["kube-apiserver"], x.cpu["etcd"], x.cpu["containerd"], x.cpu["pullguard serve"])
+			}
+			if len(x.d["pull"]) > 0 {
+				fmt.Fprintf(&b, "%s: %d answered pulls (the kubelet's Pulled events): pull p50 %s, p99 %s; wait for a pull slot p50 %s, p99 %s\n",
+					name, len(x.d["pull"]), ms(quantile(x.d["pull"], 0.5)), ms(quantile(x.d["pull"], 0.99)), ms(quantile(x.d["wait"], 0.5)), ms(quantile(x.d["wait"], 0.99)))
+			}
+		}
 	}
 	return b.String()
 }
@@ -656,4 +775,27 @@ func roundAll(ds []time.Duration) []time.Duration {
 		out[i] = d.Round(10 * time.Millisecond)
 	}
 	return out
+}
+
+// TestPulledEvent reads the kubelet's Pulled messages as
+// pkg/kubelet/images/image_manager.go v1.36.3 writes them (%v of two
+// time.Durations).
+func TestPulledEvent(t *testing.T) {
+	for _, tc := range []struct {
+		pulled, total time.Duration
+	}{
+		{52123456 * time.Nanosecond, 2500 * time.Millisecond},
+		{830 * time.Microsecond, 830 * time.Microsecond},
+		{62*time.Second + 500*time.Millisecond, 75 * time.Second},
+	} {
+		msg := fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %v bytes.", "127.0.0.1:5000/team-a/app:v1", tc.pulled, tc.total, 1234)
+		m := pulledEvent.FindStringSubmatch(msg)
+		require.NotNil(t, m, msg)
+		d, err := time.ParseDuration(m[1])
+		require.NoError(t, err)
+		all, err := time.ParseDuration(m[2])
+		require.NoError(t, err)
+		assert.Equal(t, tc.pulled, d, msg)
+		assert.Equal(t, tc.total, all, msg)
+	}
 }

@@ -38,8 +38,12 @@ type mode struct {
 	kubeletArgs, serveArgs []string
 	// installed starts serve with the command line of
 	// deploy/systemd/pullguard.service, its paths moved under the test's
-	// directory (installedServe).
+	// directory (installedServe), and gives the kubelet the install's
+	// pull settings unless pullSettings says otherwise.
 	installed bool
+	// quietServe leaves serve at its unit's log verbosity (the
+	// benchmark: serve as on a node); otherwise serve logs at -v 2.
+	quietServe bool
 }
 
 // cluster is one node: etcd, kube-apiserver, a private containerd, the
@@ -296,6 +300,9 @@ func (c *cluster) installedServe(metrics string) []string {
 		}
 		args = append(args, flag, value)
 	}
+	if c.mode.quietServe {
+		return args
+	}
 	return append(args, "-v", "2")
 }
 
@@ -319,7 +326,7 @@ func (c *cluster) writeKubeletConfig() {
 		imageService = "unix://" + c.pgSocket()
 	}
 	pulls := c.mode.pullSettings
-	if c.mode.installed {
+	if c.mode.installed && pulls == "" {
 		// What the install's snippet sets, with the kubelet's gate as
 		// the mode says.
 		pulls = installPullSettings(t)
