@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -21,13 +21,18 @@ bin/pullguard: FORCE
 
 FORCE:
 
-## test: vet, then every test with the race detector, the e2e suite included
-## (./test/e2e: as root it installs containerd, runc and docker-registry when
-## missing; in CI a missing prerequisite fails, elsewhere the suite skips),
-## then the module that builds the upstream kubelet (e2e-kubelet): the
-## configuration verdicts checked against the kubelet's own code, and the
-## scenarios under a real kubelet.
-test: lint unit e2e-kubelet
+## test: lint; then the real-kubelet module's test binary and the binaries
+## it runs (e2e-kubelet-build: the kubelet, kube-apiserver and containerd
+## v2.2.9, built once into the Go module cache); then, side by side, every
+## test of the module with the race detector (unit: the e2e suite included,
+## ./test/e2e: as root it installs containerd, runc and docker-registry when
+## missing; in CI a missing prerequisite fails, elsewhere the suite skips)
+## and the scenarios under a real kubelet (e2e-kubelet-run), which leave a
+## core mostly idle: they overlap the unit tests' compile. Each target's
+## output is printed whole when it ends.
+test: lint
+	$(MAKE) --no-print-directory e2e-kubelet-build
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e-kubelet-run
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
@@ -44,7 +49,14 @@ e2e:
 ## compile once, with the kubelet's build). The first run builds both, and
 ## containerd v2.2.9, into the Go module cache (about 6 minutes on an idle
 ## 2-core machine, and 3-5 more for containerd); see docs/testing.md.
-e2e-kubelet:
+e2e-kubelet: e2e-kubelet-build e2e-kubelet-run
+
+## e2e-kubelet-build: compiles the module's test binary and builds the
+## binaries its scenarios run (TestBinaries; as root, or in CI).
+e2e-kubelet-build:
+	cd test/kubelet && $(GO) test -count=1 -v -timeout 45m -run '^TestBinaries$$' .
+
+e2e-kubelet-run:
 	cd test/kubelet && $(GO) test -count=1 -v -timeout 45m .
 
 ## bench: the benchmarks recorded in docs/benchmarks.md.

@@ -179,6 +179,19 @@ func keepFixedPaths(t *testing.T, podLogs func() []string) {
 	})
 }
 
+// TestBinaries builds what the scenarios run into the module cache (the
+// kubelet and kube-apiserver, containerd's commands) and installs the
+// Debian packages they need, and nothing else: `make test` runs it alone
+// first (e2e-kubelet-build), then the scenarios beside the unit tests.
+// Run again, it finds the binaries built and returns.
+func TestBinaries(t *testing.T) {
+	prerequisites(t)
+	start := time.Now()
+	kubelet, apiserver := buildKube(t)
+	ctrd := buildContainerd(t)
+	t.Logf("binaries ready in %s: %s, %s, %s", time.Since(start).Round(100*time.Millisecond), kubelet, apiserver, ctrd)
+}
+
 // cachedBinaries is the directory, created if need be, of the binaries the
 // test builds once per version: under the module cache, which CI caches.
 func cachedBinaries(t *testing.T, version string) string {
