@@ -49,7 +49,9 @@ e2e:
 ## compile once, with the kubelet's build). The first run builds both, and
 ## containerd v2.2.9, into the Go module cache (about 6 minutes on an idle
 ## 2-core machine, and 3-5 more for containerd); see docs/testing.md.
-e2e-kubelet: e2e-kubelet-build e2e-kubelet-run
+e2e-kubelet:
+	$(MAKE) --no-print-directory e2e-kubelet-build
+	$(MAKE) --no-print-directory e2e-kubelet-run
 
 ## e2e-kubelet-build: compiles the module's test binary and builds the
 ## binaries its scenarios run (TestBinaries; as root, or in CI).

@@ -165,6 +165,10 @@ func (s *samples) addCPU(d map[string]float64) {
 	}
 }
 
+// nodeProcesses are the rows of the CPU tables: the machine's busy time,
+// then each of the node's processes (cpuSeconds' keys).
+var nodeProcesses = []string{"all", "kubelet", "kube-apiserver", "etcd", "containerd", "registry", "pullguard serve"}
+
 // cpuSeconds is the CPU time (user and system) each of the node's
 // processes has used so far, and the whole machine's busy time ("all").
 func (c *cluster) cpuSeconds(t *testing.T) map[string]float64 {
@@ -259,6 +263,12 @@ const verifiers = 6
 // created at once (what a node's two cores do under 50 pods).
 var startupPhases = []string{"present, one at a time", "verify, one at a time", "present", "verify"}
 
+// phase is one of startupPhases and its pods.
+type phase struct {
+	name string
+	pods []*corev1.Pod
+}
+
 // startupRound brings a node up in mode m, has tenant A pull the images,
 // then measures tenant A's pods of the images it pulled ("present") and
 // pods of the verifiers, each the first of its (tenant, image) pair
@@ -297,6 +307,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, p
 			s[ph] = &samples{}
 		}
 	}
+	require.LessOrEqual(t, seq, len(imgs), "each one-at-a-time verification is of a (tenant, image) pair of its own")
 	var present, verify, presentSeq, verifySeq []*corev1.Pod
 	for i := range pods {
 		present = append(present, pod(a.ns, fmt.Sprintf("present-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
@@ -307,16 +318,12 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, p
 		presentSeq = append(presentSeq, pod(a.ns, fmt.Sprintf("present-seq-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
 		verifySeq = append(verifySeq, pod(vs[len(vs)-1].ns, fmt.Sprintf("verify-seq-%d", i), imgs[i%len(imgs)], ifNotPresent, withSecret))
 	}
-	require.LessOrEqual(t, seq, len(imgs), "each one-at-a-time verification is of a (tenant, image) pair of its own")
 	phasePods := map[string][]*corev1.Pod{
 		startupPhases[0]: presentSeq, startupPhases[1]: verifySeq,
 		startupPhases[2]: present, startupPhases[3]: verify,
 	}
 	for _, name := range startupPhases {
-		ph := struct {
-			name string
-			pods []*corev1.Pod
-		}{name, phasePods[name]}
+		ph := phase{name, phasePods[name]}
 		if len(ph.pods) == 0 {
 			continue
 		}
@@ -632,6 +639,18 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 // including the wait for one of maxParallelImagePulls slots.
 var pulledEvent = regexp.MustCompile(`^Successfully pulled image ".*" in ([0-9.a-zµ]+) \(([0-9.a-zµ]+) including waiting\)`)
 
+// parsePulled reads a Pulled message: the pull's own time and the time
+// including the wait for a slot; ok is false for another message.
+func parsePulled(msg string) (pulled, total time.Duration, ok bool, err error) {
+	m := pulledEvent.FindStringSubmatch(msg)
+	if m == nil {
+		return 0, 0, false, nil
+	}
+	pulled, err1 := time.ParseDuration(m[1])
+	total, err2 := time.ParseDuration(m[2])
+	return pulled, total, true, errors.Join(err1, err2)
+}
+
 // pullTimes are the kubelet's own figures for each pull of the pods it
 // reported after since: the pull (PullImage and the size look-up) and the
 // wait for a pull slot before it.
@@ -640,13 +659,14 @@ func (c *cluster) pullTimes(t *testing.T, ctx context.Context, pods []*corev1.Po
 		evs, err := c.kubeletEvents(ctx, p.Namespace, p.Name)
 		require.NoError(t, err)
 		for _, e := range evs {
-			m := pulledEvent.FindStringSubmatch(e.Message)
-			if e.Reason != "Pulled" || m == nil || e.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
+			if e.Reason != "Pulled" || e.LastTimestamp.Time.Before(since.Truncate(time.Second)) {
 				continue
 			}
-			d, err1 := time.ParseDuration(m[1])
-			all, err2 := time.ParseDuration(m[2])
-			require.NoError(t, errors.Join(err1, err2), "the kubelet's event %q", e.Message)
+			d, all, ok, err := parsePulled(e.Message)
+			require.NoError(t, err, "the kubelet's event %q", e.Message)
+			if !ok {
+				continue
+			}
 			for range max(e.Count, 1) {
 				pulled = append(pulled, d)
 				waited = append(waited, all-d)
@@ -740,13 +760,13 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 		if g == nil || sv == nil {
 			continue
 		}
-		for _, proc := range []string{"all", "kubelet", "kube-apiserver", "etcd", "containerd", "registry", "pullguard serve"} {
+		for _, proc := range nodeProcesses {
 			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %+.1f |\n", ph, proc, g.cpu[proc], sv.cpu[proc], sv.cpu[proc]-g.cpu[proc])
 		}
 	}
 	if g, sv := storm[gate], storm[serve]; g != nil && sv != nil {
 		fmt.Fprintf(&b, "\nCPU seconds of the reboot storms, summed over the rounds:\n\n| process | kubelet gate | serve | serve − gate |\n|---|---|---|---|\n")
-		for _, proc := range []string{"all", "kubelet", "kube-apiserver", "etcd", "containerd", "registry", "pullguard serve"} {
+		for _, proc := range nodeProcesses {
 			fmt.Fprintf(&b, "| %s | %.1f | %.1f | %+.1f |\n", proc, g.cpu[proc], sv.cpu[proc], sv.cpu[proc]-g.cpu[proc])
 		}
 		gm, sm := quantile(g.d["storm"], 0.5), quantile(sv.d["storm"], 0.5)
@@ -789,13 +809,13 @@ func TestPulledEvent(t *testing.T) {
 		{62*time.Second + 500*time.Millisecond, 75 * time.Second},
 	} {
 		msg := fmt.Sprintf("Successfully pulled image %q in %v (%v including waiting). Image size: %v bytes.", "127.0.0.1:5000/team-a/app:v1", tc.pulled, tc.total, 1234)
-		m := pulledEvent.FindStringSubmatch(msg)
-		require.NotNil(t, m, msg)
-		d, err := time.ParseDuration(m[1])
-		require.NoError(t, err)
-		all, err := time.ParseDuration(m[2])
-		require.NoError(t, err)
+		d, all, ok, err := parsePulled(msg)
+		require.True(t, ok, msg)
+		require.NoError(t, err, msg)
 		assert.Equal(t, tc.pulled, d, msg)
 		assert.Equal(t, tc.total, all, msg)
 	}
+	_, _, ok, err := parsePulled(`Container image "127.0.0.1:5000/team-a/app:v1" already present on machine`)
+	assert.False(t, ok)
+	assert.NoError(t, err)
 }

@@ -20,7 +20,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("crosscheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dir := fs.String("C", ".", "the module's directory")
-	goos := fs.String("goos", "darwin", "comma-separated operating systems to type-check for")
+	systems := fs.String("goos", "darwin", "comma-separated operating systems to type-check for")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -29,13 +29,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		patterns = []string{"./..."}
 	}
 	status := 0
-	for _, os := range strings.Split(*goos, ",") {
-		n, err := check(*dir, os, patterns, stderr)
+	for _, goos := range strings.Split(*systems, ",") {
+		n, err := check(*dir, goos, patterns, stderr)
 		if err != nil {
-			fmt.Fprintf(stderr, "crosscheck: GOOS=%s: %v\n", os, err)
+			fmt.Fprintf(stderr, "crosscheck: GOOS=%s: %v\n", goos, err)
 			return 2
 		}
-		fmt.Fprintf(stdout, "crosscheck: GOOS=%s: %d packages type-checked with their dependencies, %d errors\n", os, n.packages, n.errors)
+		fmt.Fprintf(stdout, "crosscheck: GOOS=%s: %d packages type-checked with their dependencies, %d errors\n", goos, n.packages, n.errors)
 		if n.errors > 0 {
 			status = 1
 		}
