@@ -29,8 +29,11 @@ const (
 	genSlotLen  = len(genMagic) + 8 + 32
 	genSlotSize = 64
 	genDomain   = "pullguard.credtracker.generation.v1\x00"
-	lockTimeout = 2 * time.Second
 )
+
+// lockTimeout is how long a start waits for another process to release
+// the store (a variable for the tests that hold it on purpose).
+var lockTimeout = 2 * time.Second
 
 // ErrLocked is wrapped by the error of a store that another process holds
 // (a running tracker, while ReadRecords waits for it).

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -234,6 +235,7 @@ func TestReadRecordsReportsTampering(t *testing.T) {
 
 func TestStoreLockedBySecondTracker(t *testing.T) {
 	e := tamperEnv(t)
+	credtracker.ShortenLockTimeout(t, 100*time.Millisecond)
 	_, err := credtracker.New(t.Context(), e.cfg, e.inv)
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "locked by another process")

@@ -1,6 +1,10 @@
 package credtracker
 
-import "os"
+import (
+	"os"
+	"testing"
+	"time"
+)
 
 // longEnv, when set (make sweep sets it), runs this package's randomized
 // tests at full length. By default they run a share of it, which keeps the
@@ -18,3 +22,12 @@ func scaled(short, full int) int {
 
 // Scaled is scaled, for this package's black-box tests.
 var Scaled = scaled
+
+// ShortenLockTimeout makes a start wait d, not two seconds, for a store
+// another process holds, until t ends; for the tests that hold it on
+// purpose (the lock is held throughout: no margin is asserted).
+func ShortenLockTimeout(t testing.TB, d time.Duration) {
+	old := lockTimeout
+	lockTimeout = d
+	t.Cleanup(func() { lockTimeout = old })
+}
