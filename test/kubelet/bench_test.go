@@ -33,7 +33,8 @@ import (
 // PULLGUARD_BENCH_ROUNDS (3) and PULLGUARD_BENCH_STORM_ROUNDS (2; 0: no
 // storm) size it. PULLGUARD_BENCH_STORM_PARALLEL_PULLS=N adds a third mode
 // to each storm round: serve with the kubelet's maxParallelImagePulls N
-// instead of the snippet's (0: unset, no bound).
+// instead of the snippet's (0: unset, no bound);
+// PULLGUARD_BENCH_PARALLEL_PULLS=N does the same for the start-up rounds.
 func TestBenchKubelet(t *testing.T) {
 	if os.Getenv("PULLGUARD_BENCH_KUBELET") == "" {
 		t.Skip("a benchmark: run it with make bench-kubelet")
@@ -58,9 +59,27 @@ func TestBenchKubelet(t *testing.T) {
 		return ms
 	}
 
+	// withPulls adds to each round a third mode: serve with the kubelet's
+	// maxParallelImagePulls n instead of the snippet's (0: no bound); it
+	// runs last in even rounds and first in odd ones.
+	withPulls := func(n int) func(int) []mode {
+		extra := mode{name: fmt.Sprintf("kubelet-gate-off/pullguard-serve/maxParallelImagePulls=%d", n), proxy: true,
+			installed: true, quietServe: true, pullSettings: withParallelPulls(t, settings, n)}
+		return func(round int) []mode {
+			ms := append(benchModes(round), extra)
+			if round%2 == 1 {
+				ms[0], ms[2] = ms[2], ms[0]
+			}
+			return ms
+		}
+	}
+	startModes := benchModes
+	if os.Getenv("PULLGUARD_BENCH_PARALLEL_PULLS") != "" {
+		startModes = withPulls(envInt(t, "PULLGUARD_BENCH_PARALLEL_PULLS", 0))
+	}
 	startup := map[string]map[string]*samples{}
 	for r := range rounds {
-		for _, m := range benchModes(r) {
+		for _, m := range startModes(r) {
 			t.Run(fmt.Sprintf("start-up/round-%d/%s", r, m.name), func(t *testing.T) {
 				if startup[m.name] == nil {
 					startup[m.name] = map[string]*samples{}
@@ -70,17 +89,8 @@ func TestBenchKubelet(t *testing.T) {
 		}
 	}
 	stormModes := benchModes
-	if v := os.Getenv("PULLGUARD_BENCH_STORM_PARALLEL_PULLS"); v != "" {
-		n := envInt(t, "PULLGUARD_BENCH_STORM_PARALLEL_PULLS", 0)
-		extra := mode{name: fmt.Sprintf("kubelet-gate-off/pullguard-serve/maxParallelImagePulls=%d", n), proxy: true,
-			installed: true, quietServe: true, pullSettings: withParallelPulls(t, settings, n)}
-		stormModes = func(round int) []mode {
-			ms := append(benchModes(round), extra)
-			if round%2 == 1 {
-				ms[0], ms[2] = ms[2], ms[0] // the extra mode runs first in odd rounds
-			}
-			return ms
-		}
+	if os.Getenv("PULLGUARD_BENCH_STORM_PARALLEL_PULLS") != "" {
+		stormModes = withPulls(envInt(t, "PULLGUARD_BENCH_STORM_PARALLEL_PULLS", 0))
 	}
 	storm := map[string]*samples{}
 	for r := range stormRounds {
@@ -330,6 +340,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, p
 		from := c.reg.markOrFail(t, ctx)
 		sum0, count0 := c.podStartSLI(t, ctx)
 		cpu0 := c.cpuSeconds(t)
+		phaseStart := time.Now()
 		var lat []time.Duration
 		if strings.HasSuffix(ph.name, "one at a time") {
 			for _, p := range ph.pods {
@@ -347,6 +358,14 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, p
 		s[ph.name].addSLI("sli", sum1-sum0, count1-count0)
 		t.Logf("%s, %s: %d pods, p50 %s, p99 %s; registry: %d manifest requests granted, %d refused, %d blobs",
 			m.name, ph.name, len(lat), quantile(lat, 0.5), quantile(lat, 0.99), tr.manifestOK, tr.manifestDenied, tr.blobs)
+		// Behind serve every container start of a hidden image is a pull
+		// for the kubelet; with the gate, only the verifications are.
+		if pulled, waited := c.pullTimes(t, ctx, ph.pods, phaseStart); len(pulled) > 0 {
+			s[ph.name].add("pull", pulled...)
+			s[ph.name].add("wait", waited...)
+			t.Logf("%s, %s: %d pulls in the kubelet's Pulled events: pull p50 %s, p99 %s; waiting for a pull slot p50 %s, p99 %s",
+				m.name, ph.name, len(pulled), quantile(pulled, 0.5), quantile(pulled, 0.99), quantile(waited, 0.5), quantile(waited, 0.99))
+		}
 		assert.Zero(t, tr.blobs, "%s: no layer is downloaded again", ph.name)
 		if strings.HasPrefix(ph.name, "present") {
 			assert.Zero(t, tr.total, "tenant A's pods of its own present images make no registry request")
@@ -782,6 +801,37 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 		gm, sm := g.sliSum["sli"]/max(g.sliCount["sli"], 1), sv.sliSum["sli"]/max(sv.sliCount["sli"], 1)
 		fmt.Fprintf(&b, "| %s | mean of kubelet_pod_start_sli_duration_seconds (%.0f / %.0f pods) | %.0f ms | %.0f ms | %.0f ms | %.2f |\n",
 			ph, g.sliCount["sli"], sv.sliCount["sli"], gm*1000, sm*1000, (sm-gm)*1000, sm/max(gm, 1e-9))
+		for _, k := range []struct{ key, what string }{{"pull", "pull (the kubelet's Pulled events)"}, {"wait", "wait for a pull slot"}} {
+			if len(g.d[k.key])+len(sv.d[k.key]) == 0 {
+				continue
+			}
+			pct := func(x *samples, q float64) string {
+				if len(x.d[k.key]) == 0 {
+					return "no pulls"
+				}
+				return ms(quantile(x.d[k.key], q))
+			}
+			fmt.Fprintf(&b, "| %s | %s p50 / p99 (%d / %d pulls) | %s / %s | %s / %s | | |\n",
+				ph, k.what, len(g.d[k.key]), len(sv.d[k.key]), pct(g, 0.5), pct(g, 0.99), pct(sv, 0.5), pct(sv, 0.99))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(startup)) {
+		if name == gate || name == serve || startup[gate] == nil {
+			continue
+		}
+		for _, ph := range startupPhases {
+			x, g := startup[name][ph], startup[gate][ph]
+			if x == nil || g == nil {
+				continue
+			}
+			xm, gm := quantile(x.d["watch"], 0.5), quantile(g.d["watch"], 0.5)
+			fmt.Fprintf(&b, "\n%s, %s: p50 %s, p99 %s (%d pods), / gate p50 %.2f", name, ph, ms(xm), ms(quantile(x.d["watch"], 0.99)), len(x.d["watch"]), float64(xm)/float64(max(gm, 1)))
+			if len(x.d["pull"]) > 0 {
+				fmt.Fprintf(&b, "; %d pulls: pull p50 %s, p99 %s, wait for a slot p50 %s, p99 %s", len(x.d["pull"]),
+					ms(quantile(x.d["pull"], 0.5)), ms(quantile(x.d["pull"], 0.99)), ms(quantile(x.d["wait"], 0.5)), ms(quantile(x.d["wait"], 0.99)))
+			}
+		}
+		fmt.Fprintln(&b)
 	}
 	fmt.Fprintf(&b, "\nCPU seconds used while the pods started, summed over the rounds:\n\n| phase | process | kubelet gate | serve | serve − gate |\n|---|---|---|---|---|\n")
 	for _, ph := range startupPhases {
