@@ -245,9 +245,9 @@ func TestStoreSweepChild(t *testing.T) {
 	// restart), each of which costs a dozen fsyncs: about 40 of those the
 	// check accepts, and one in 1 000 mutations among those it refuses.
 	acceptStride, refuseStride, openStride := max(1, len(muts)/40), max(1, len(muts)/1000), 1
-	if len(muts) > 5_000 || (raceEnabled && len(muts) > 1_000) {
-		// Under the race detector (make test) the bit sweep's 3 600
-		// stores are all checked, and one in four opened by bbolt.
+	if len(muts) > 5_000 || (raceEnabled && os.Getenv(sweepModeEnv) == "bits") {
+		// Under the race detector (make test) the bit sweep's stores are
+		// all checked, and one in four opened by bbolt.
 		openStride = 4
 	}
 	refused := 0

@@ -360,12 +360,7 @@ func startupRound(t *testing.T, m mode, bins binaries, podLogs *[]string, seq, p
 			m.name, ph.name, len(lat), quantile(lat, 0.5), quantile(lat, 0.99), tr.manifestOK, tr.manifestDenied, tr.blobs)
 		// Behind serve every container start of a hidden image is a pull
 		// for the kubelet; with the gate, only the verifications are.
-		if pulled, waited := c.pullTimes(t, ctx, ph.pods, phaseStart); len(pulled) > 0 {
-			s[ph.name].add("pull", pulled...)
-			s[ph.name].add("wait", waited...)
-			t.Logf("%s, %s: %d pulls in the kubelet's Pulled events: pull p50 %s, p99 %s; waiting for a pull slot p50 %s, p99 %s",
-				m.name, ph.name, len(pulled), quantile(pulled, 0.5), quantile(pulled, 0.99), quantile(waited, 0.5), quantile(waited, 0.99))
-		}
+		c.recordPulls(t, ctx, s[ph.name], m.name+", "+ph.name, ph.pods, phaseStart)
 		assert.Zero(t, tr.blobs, "%s: no layer is downloaded again", ph.name)
 		if strings.HasPrefix(ph.name, "present") {
 			assert.Zero(t, tr.total, "tenant A's pods of its own present images make no registry request")
@@ -407,17 +402,17 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 	// ("Unable to retrieve pull secret"), in either mode; the pull is then
 	// refused and the kubelet tries again with the secret after its
 	// back-off. Such a pod is waited for (its time counts as it is) and
-	// reported, not taken as a refusal.
+	// reported, not taken as a refusal. Only the watch's goroutine writes
+	// it, before it reports on done.
 	secretMisses := map[string]bool{}
 	// seen notes a pod's state; it reports whether every pod runs, or
 	// the error a pod ended in.
 	seen := func(p *corev1.Pod) (bool, error) {
 		if !allRunning(p) {
 			if o, ok := containerOutcome(p); ok && o.state != "Running" {
-				if (o.state == "ErrImagePull" || o.state == "ImagePullBackOff") && c.startedWithoutSecret(p) {
-					mu.Lock()
-					secretMisses[key(p.Namespace, p.Name)] = true
-					mu.Unlock()
+				if k := key(p.Namespace, p.Name); (o.state == "ErrImagePull" || o.state == "ImagePullBackOff") &&
+					(secretMisses[k] || c.startedWithoutSecret(p)) {
+					secretMisses[k] = true
 					return false, nil
 				}
 				return false, fmt.Errorf("pod %s/%s: %s: %s", p.Namespace, p.Name, o.state, o.message)
@@ -671,11 +666,7 @@ func rebootStorm(t *testing.T, m mode, bins binaries, podLogs *[]string, s *samp
 	t.Logf("%s: %d containers of %d images running again %s after the kubelet's start; registry: %d requests; %d pull QPS exceeded events",
 		m.name, stormPods*stormContainers, stormImages, took.Round(10*time.Millisecond), tr.total, throttled)
 	if m.proxy {
-		pulled, waited := c.pullTimes(t, ctx, pods, start)
-		s.add("pull", pulled...)
-		s.add("wait", waited...)
-		t.Logf("%s: %d answered pulls in the kubelet's events: pull p50 %s, p99 %s; waiting for a pull slot p50 %s, p99 %s",
-			m.name, len(pulled), quantile(pulled, 0.5), quantile(pulled, 0.99), quantile(waited, 0.5), quantile(waited, 0.99))
+		c.recordPulls(t, ctx, s, m.name, pods, start)
 	}
 	assert.Zero(t, throttled, "no container met the kubelet's pull throttle")
 	assert.False(t, c.kubeletLogHas("pull QPS exceeded"), "the kubelet logged no pull QPS exceeded")
@@ -697,6 +688,28 @@ func parsePulled(msg string) (pulled, total time.Duration, ok bool, err error) {
 	pulled, err1 := time.ParseDuration(m[1])
 	total, err2 := time.ParseDuration(m[2])
 	return pulled, total, true, errors.Join(err1, err2)
+}
+
+// recordPulls adds the kubelet's figures for the pulls of pods it reported
+// after since to s, and logs them under label.
+func (c *cluster) recordPulls(t *testing.T, ctx context.Context, s *samples, label string, pods []*corev1.Pod, since time.Time) {
+	pulled, waited := c.pullTimes(t, ctx, pods, since)
+	if len(pulled) == 0 {
+		return
+	}
+	s.add("pull", pulled...)
+	s.add("wait", waited...)
+	t.Logf("%s: %s", label, pullSummary(pulled, waited))
+}
+
+// pullSummary is how many pulls, their own time and their wait for a
+// pull slot, at p50 and p99.
+func pullSummary(pulled, waited []time.Duration) string {
+	ms := func(ds []time.Duration, q float64) string {
+		return fmt.Sprintf("%.0f ms", float64(quantile(ds, q))/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%d pulls in the kubelet's Pulled events: pull p50 %s, p99 %s; wait for a pull slot p50 %s, p99 %s",
+		len(pulled), ms(pulled, 0.5), ms(pulled, 0.99), ms(waited, 0.5), ms(waited, 0.99))
 }
 
 // pullTimes are the kubelet's own figures for each pull of the pods it
@@ -827,8 +840,7 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 			xm, gm := quantile(x.d["watch"], 0.5), quantile(g.d["watch"], 0.5)
 			fmt.Fprintf(&b, "\n%s, %s: p50 %s, p99 %s (%d pods), / gate p50 %.2f", name, ph, ms(xm), ms(quantile(x.d["watch"], 0.99)), len(x.d["watch"]), float64(xm)/float64(max(gm, 1)))
 			if len(x.d["pull"]) > 0 {
-				fmt.Fprintf(&b, "; %d pulls: pull p50 %s, p99 %s, wait for a slot p50 %s, p99 %s", len(x.d["pull"]),
-					ms(quantile(x.d["pull"], 0.5)), ms(quantile(x.d["pull"], 0.99)), ms(quantile(x.d["wait"], 0.5)), ms(quantile(x.d["wait"], 0.99)))
+				fmt.Fprintf(&b, "; %s", pullSummary(x.d["pull"], x.d["wait"]))
 			}
 		}
 		fmt.Fprintln(&b)
@@ -860,8 +872,7 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 					x.cpu["kubelet"], x.cpu["kube-apiserver"], x.cpu["etcd"], x.cpu["containerd"], x.cpu["pullguard serve"])
 			}
 			if len(x.d["pull"]) > 0 {
-				fmt.Fprintf(&b, "%s: %d answered pulls (the kubelet's Pulled events): pull p50 %s, p99 %s; wait for a pull slot p50 %s, p99 %s\n",
-					name, len(x.d["pull"]), ms(quantile(x.d["pull"], 0.5)), ms(quantile(x.d["pull"], 0.99)), ms(quantile(x.d["wait"], 0.5)), ms(quantile(x.d["wait"], 0.99)))
+				fmt.Fprintf(&b, "%s: %s\n", name, pullSummary(x.d["pull"], x.d["wait"]))
 			}
 		}
 	}
