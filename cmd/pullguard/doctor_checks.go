@@ -222,7 +222,7 @@ func firstNonEmpty(values ...string) string {
 func (o *doctorOptions) checkServeAnswers(ctx context.Context, add func(severity, check, what, fix string)) bool {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	svc, err := criruntime.NewRemoteUntraced(ctx, o.serveSocket, o.timeout)
+	svc, err := criruntime.NewRemote(ctx, o.serveSocket, o.timeout)
 	if err != nil {
 		add(severityProblem, "serve-answers", fmt.Sprintf("nothing answers the CRI image service on %s", o.serveSocket),
 			"systemctl status pullguard; serve's --listen in pullguard.service must be "+o.serveSocket)

@@ -37,7 +37,7 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	runtime.serve(b)
 	ctx := context.Background()
-	direct, err := criruntime.NewRemote(ctx, "unix://"+runtime.socket, time.Minute)
+	direct, err := criruntime.NewKubeletClient(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer direct.Close(ctx)
 
@@ -51,7 +51,7 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	proxy := &harness{server: srv, socket: socketDir(b) + "/pg.sock"}
 	proxy.serve(b)
-	client, err := criruntime.NewRemote(ctx, "unix://"+proxy.socket, time.Minute)
+	client, err := criruntime.NewKubeletClient(ctx, "unix://"+proxy.socket, time.Minute)
 	require.NoError(b, err)
 	defer client.Close(ctx)
 

@@ -4,7 +4,7 @@
 // pkg/podworkers and cmd/pullguard open them, pkg/criproxy forwards to one,
 // pkg/guardedpull pulls through them and scrubs their errors (RedactAuth),
 // and imagemanager and pkg/criproxy read image names with ImageNames and
-// NormalizeImage. It depends on cri-api, cri-client, go-containerregistry,
+// NormalizeImage. It depends on cri-api, grpc, go-containerregistry,
 // containerd's registry client (core/remotes/docker and its config package,
 // for VerifyManifest), internal/dirlock and internal/leak, and on no
 // pullguard package above it
@@ -14,8 +14,11 @@
 // Two implementations of k8s.io/cri-api's ImageManagerService are provided:
 //
 //   - NewRemote connects to a real container runtime (containerd, CRI-O) over
-//     its CRI gRPC socket, through k8s.io/cri-client. It adds nothing but
-//     endpoint validation and clear connection errors.
+//     its CRI gRPC socket: cri-api's generated client with k8s.io/cri-client's
+//     call semantics (the differential test TestRemoteMatchesCRIClient), on a
+//     connection with static HTTP/2 windows, logging nothing of its own (a
+//     runtime's error may carry what a registry echoed; callers redact it).
+//     It adds endpoint validation and clear connection errors.
 //   - NewEmbedded is an in-process image service that keeps images under a
 //     state directory and pulls them with go-containerregistry. It behaves like
 //     containerd where pullguard depends on it: a pull always resolves the

@@ -23,19 +23,12 @@ const DefaultRemoteTimeout = 2 * time.Minute
 // every call but PullImage, which is bounded by its context only, as in the
 // kubelet. The connection is checked with an ImageFsInfo call before
 // NewRemote returns. Close the service when done.
+//
+// The service is cri-api's generated client with k8s.io/cri-client's call
+// semantics (remoteClient), on a connection with static HTTP/2 windows, and
+// it logs nothing: a runtime's error, which may carry what a registry
+// echoed, reaches a log only through the caller's redaction.
 func NewRemote(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
-	return newRemote(ctx, endpoint, timeout, true)
-}
-
-// NewRemoteUntraced is NewRemote (the same endpoint checks) without
-// cri-client's default OpenTelemetry stats handler: on a hop that only
-// forwards, such as pkg/criproxy's backend, its per-call cost (message
-// events, metadata propagation) is the largest part of what the hop adds.
-func NewRemoteUntraced(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
-	return newRemote(ctx, endpoint, timeout, false)
-}
-
-func newRemote(ctx context.Context, endpoint string, timeout time.Duration, traced bool) (criapi.ImageManagerService, error) {
 	ep, err := ParseEndpoint(endpoint)
 	if err != nil {
 		return nil, err
@@ -51,17 +44,23 @@ func newRemote(ctx context.Context, endpoint string, timeout time.Duration, trac
 	if info.Mode()&os.ModeSocket == 0 {
 		return nil, fmt.Errorf("%w %q: %s is not a unix socket", ErrInvalidEndpoint, endpoint, socket)
 	}
-	b := criclient.NewRemoteImageServiceBuilder().
-		WithEndpoint(ep).
-		WithConnectionTimeout(timeout)
-	if !traced {
-		b = b.WithTracerProvider(nil)
-	}
-	svc, err := b.Build(ctx)
+	svc, err := newRemoteClient(ctx, socket, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("failed to connect to image service at %q: %w", endpoint, err)
 	}
 	return svc, nil
+}
+
+// NewKubeletClient is the kubelet's own client of a CRI image service:
+// k8s.io/cri-client with its defaults, as the kubelet builds it. For what
+// stands in for the kubelet (benchmarks, the differential test of
+// NewRemote); pullguard itself uses NewRemote.
+func NewKubeletClient(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
+	ep, err := ParseEndpoint(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return criclient.NewRemoteImageServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(timeout).Build(ctx)
 }
 
 // ParseEndpoint validates a CRI endpoint and returns it as

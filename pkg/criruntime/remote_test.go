@@ -69,7 +69,7 @@ func (f *fakeImageServer) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRe
 
 // serveFakeCRI starts fake on a unix socket in a temp dir and returns the
 // socket path.
-func serveFakeCRI(t *testing.T, fake *fakeImageServer) string {
+func serveFakeCRI(t *testing.T, fake runtimeapi.ImageServiceServer) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cri") // short: unix socket paths are limited to 108 bytes
 	require.NoError(t, err)

@@ -123,7 +123,7 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	backend := &countingBackend{Backend: dialed}
 	// The kubelet's own client: k8s.io/cri-client with its defaults.
-	direct, err := criruntime.NewRemote(ctx, h.containerd.endpoint(), time.Minute)
+	direct, err := criruntime.NewKubeletClient(ctx, h.containerd.endpoint(), time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	gs := criproxy.NewGRPCServer(srv, klog.Background()) // the server pullguard serve runs
 	go func() { _ = gs.Serve(l) }()                      // stopped with the process: benchmarks run last
-	proxy, err := criruntime.NewRemote(ctx, "unix://"+socket, time.Minute)
+	proxy, err := criruntime.NewKubeletClient(ctx, "unix://"+socket, time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -189,7 +189,7 @@ func BenchmarkServeImageStatusDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0") // the last -v wins: serve's default
-	daemon, err := criruntime.NewRemote(ctx, d.endpoint(), time.Minute)
+	daemon, err := criruntime.NewKubeletClient(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))
@@ -327,7 +327,7 @@ func BenchmarkServePullDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0")
-	daemon, err := criruntime.NewRemote(ctx, d.endpoint(), time.Minute)
+	daemon, err := criruntime.NewKubeletClient(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))
