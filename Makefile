@@ -75,9 +75,13 @@ PODS ?= 50
 SEQ ?= 10
 ROUNDS ?= 3
 STORM_ROUNDS ?= 2
+## PAIRS=N adds N pairs of bursts in both modes on one node, back to back
+## (about 3 minutes a pair): `make bench-kubelet ROUNDS=0 STORM_ROUNDS=0
+## PAIRS=10` resolves the 50-pod target.
+PAIRS ?= 0
 bench-kubelet:
 	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_SEQ=$(SEQ) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \
-	  $(GO) test -count=1 -v -timeout 90m -run '^TestBenchKubelet$$' .
+	  PULLGUARD_BENCH_PAIRS=$(PAIRS) $(GO) test -count=1 -v -timeout 180m -run '^TestBenchKubelet$$' .
 
 ## bench-serve: the real `pullguard serve` as a process on a node (Linux):
 ## its RSS, VmHWM and CPU after start-up with 1 000 and 10 000 images in a

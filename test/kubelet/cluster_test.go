@@ -421,6 +421,24 @@ func (c *cluster) restartPullguard(ctx context.Context) {
 	c.startPullguard(ctx)
 }
 
+// switchMode puts the node in mode m: the kubelet (and serve, if it runs)
+// stop by their PIDs, the kubelet's configuration is written for m, and
+// serve (in a mode with it) and the kubelet start again on the same root
+// directories. containerd, the registry, etcd and the API server stay.
+func (c *cluster) switchMode(ctx context.Context, m mode) {
+	c.kl.stop(20 * time.Second)
+	if c.pg != nil {
+		c.pg.stop(15 * time.Second)
+		c.pg = nil
+	}
+	c.mode = m
+	c.writeKubeletConfig()
+	if m.proxy {
+		c.startPullguard(ctx)
+	}
+	c.startKubelet(ctx)
+}
+
 // kubeletLogHas reports whether the kubelet logged a line with text.
 func (c *cluster) kubeletLogHas(text string) bool {
 	for _, l := range c.klOut.from(0) {
