@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,8 @@ import (
 // instead of the snippet's (0: unset, no bound);
 // PULLGUARD_BENCH_PARALLEL_PULLS=N does the same for the start-up rounds.
 // PULLGUARD_BENCH_PAIRS=N (0: none) adds N pairs of bursts in both modes
-// on one node (pairedBursts), after the rounds.
+// on one node (pairedBursts), after the rounds; PULLGUARD_BENCH_PAIRED_BURSTS
+// (present,verify) says which bursts a slot measures.
 func TestBenchKubelet(t *testing.T) {
 	if os.Getenv("PULLGUARD_BENCH_KUBELET") == "" {
 		t.Skip("a benchmark: run it with make bench-kubelet")
@@ -95,7 +97,8 @@ func TestBenchKubelet(t *testing.T) {
 	if pairs := envInt(t, "PULLGUARD_BENCH_PAIRS", 0); pairs > 0 {
 		t.Run("paired-bursts", func(t *testing.T) {
 			paired := map[string]map[string]*samples{}
-			ps := pairedBursts(t, [2]mode(benchModes(0)), bins, podLogs, pairs, pods, paired)
+			bursts := strings.Split(cmp.Or(os.Getenv("PULLGUARD_BENCH_PAIRED_BURSTS"), strings.Join(pairedPhases, ",")), ",")
+			ps := pairedBursts(t, [2]mode(benchModes(0)), bins, podLogs, pairs, pods, bursts, paired)
 			t.Log("\n" + pairedReport(ps, pods))
 		})
 	}
