@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -185,14 +186,20 @@ func pairedReport(ps []burstPair, pods int) string {
 	var b strings.Builder
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 	fmt.Fprintf(&b, "Paired bursts of %d pods at once on one node (creation to all containers running, p50 of each burst):\n\n", pods)
-	fmt.Fprintf(&b, "| pair | order | present: gate | serve | serve / gate | verify: gate | serve | serve / gate | busy CPU-s present: gate / serve | verify: gate / serve |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|\n")
 	var phases []string
-	for _, ph := range phases {
+	for _, ph := range pairedPhases {
 		if len(ps) > 0 && ps[0].p50[gate][ph] > 0 {
 			phases = append(phases, ph)
 		}
 	}
+	b.WriteString("| pair | order |")
+	for _, ph := range phases {
+		fmt.Fprintf(&b, " %s: gate | serve | serve / gate |", ph)
+	}
+	for _, ph := range phases {
+		fmt.Fprintf(&b, " busy CPU-s, %s: gate / serve |", ph)
+	}
+	b.WriteString("\n|---|---|" + strings.Repeat("---|---|---|", len(phases)) + strings.Repeat("---|", len(phases)) + "\n")
 	ratios := map[string][]float64{}
 	gateP50 := map[string][]float64{}
 	cpu := map[string][]float64{}
@@ -277,5 +284,56 @@ func TestVerdict(t *testing.T) {
 		{1.05, 1.2, 1.05, "not resolved"},
 	} {
 		require.Equal(t, tc.want, verdict(tc.lo, tc.hi, tc.bound), "[%v, %v] against %v", tc.lo, tc.hi, tc.bound)
+	}
+}
+
+// TestPairedReport: the report of one burst kind or both, from pairs whose
+// ratios and verdicts are worked by hand.
+func TestPairedReport(t *testing.T) {
+	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	pair := func(gateFirst bool, g, sv map[string]time.Duration) burstPair {
+		p := burstPair{gateFirst: gateFirst, p50: map[string]map[string]time.Duration{gate: g, serve: sv},
+			cpu: map[string]map[string]float64{gate: {}, serve: {}}}
+		for ph := range g {
+			p.cpu[gate][ph], p.cpu[serve][ph] = 40, 41
+		}
+		return p
+	}
+	s := time.Second
+	for _, tc := range []struct {
+		name string
+		ps   []burstPair
+		want []string
+		not  []string
+	}{
+		{"present only", []burstPair{
+			pair(true, map[string]time.Duration{"present": 20 * s}, map[string]time.Duration{"present": 19 * s}),
+			pair(false, map[string]time.Duration{"present": 20 * s}, map[string]time.Duration{"present": 20 * s}),
+			pair(true, map[string]time.Duration{"present": 20 * s}, map[string]time.Duration{"present": 21 * s}),
+		}, []string{
+			"| pair | order | present: gate | serve | serve / gate | busy CPU-s, present: gate / serve |\n|---|---|---|---|---|---|\n",
+			"| 0 | gate, serve | 20.00 s | 19.00 s | 0.950 | 40.0 / 41.0 |",
+			"| 1 | serve, gate |",
+			// sd 0.05, t(2) = 4.303: 1 ± 0.124.
+			"present, 3 pairs: serve / gate p50, mean 1.000, 95 % interval [0.876, 1.124]; target ≤ 1.050: **not resolved**",
+		}, []string{"verify"}},
+		{"both, met and missed", []burstPair{
+			pair(true, map[string]time.Duration{"present": 20 * s, "verify": 20 * s}, map[string]time.Duration{"present": 19 * s, "verify": 24 * s}),
+			pair(false, map[string]time.Duration{"present": 20 * s, "verify": 20 * s}, map[string]time.Duration{"present": 19 * s, "verify": 24 * s}),
+		}, []string{
+			"present, 2 pairs: serve / gate p50, mean 0.950, 95 % interval [0.950, 0.950]; target ≤ 1.050: **met**",
+			"verify, 2 pairs: serve / gate p50, mean 1.200, 95 % interval [1.200, 1.200]; target ≤ 1.050: **missed**",
+			"| 1 | serve, gate | 20.00 s | 19.00 s | 0.950 | 20.00 s | 24.00 s | 1.200 | 40.0 / 41.0 | 40.0 / 41.0 |",
+		}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := pairedReport(tc.ps, 50)
+			for _, w := range tc.want {
+				assert.Contains(t, out, w)
+			}
+			for _, n := range tc.not {
+				assert.NotContains(t, out, n)
+			}
+		})
 	}
 }
