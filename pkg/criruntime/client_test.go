@@ -57,44 +57,34 @@ func (s *scriptedImageServer) got() []proto.Message {
 	return s.requests
 }
 
-func (s *scriptedImageServer) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+// reply is the scripted answer to req as the call's response type.
+func reply[T proto.Message](ctx context.Context, s *scriptedImageServer, req proto.Message) (T, error) {
 	resp, err := s.answer(ctx, req)
 	if err != nil {
-		return nil, err
+		var none T
+		return none, err
 	}
-	return resp.(*runtimeapi.ListImagesResponse), nil
+	return resp.(T), nil
+}
+
+func (s *scriptedImageServer) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	return reply[*runtimeapi.ListImagesResponse](ctx, s, req)
 }
 
 func (s *scriptedImageServer) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	resp, err := s.answer(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*runtimeapi.ImageStatusResponse), nil
+	return reply[*runtimeapi.ImageStatusResponse](ctx, s, req)
 }
 
 func (s *scriptedImageServer) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	resp, err := s.answer(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*runtimeapi.PullImageResponse), nil
+	return reply[*runtimeapi.PullImageResponse](ctx, s, req)
 }
 
 func (s *scriptedImageServer) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
-	resp, err := s.answer(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*runtimeapi.RemoveImageResponse), nil
+	return reply[*runtimeapi.RemoveImageResponse](ctx, s, req)
 }
 
 func (s *scriptedImageServer) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
-	resp, err := s.answer(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return resp.(*runtimeapi.ImageFsInfoResponse), nil
+	return reply[*runtimeapi.ImageFsInfoResponse](ctx, s, req)
 }
 
 // TestRemoteMatchesCRIClient is the differential test of NewRemote's

@@ -81,7 +81,11 @@ func pairedBursts(t *testing.T, modes [2]mode, bins binaries, podLogs *[]string,
 			}
 		}
 	}
-	perBurst := (pods + benchImages - 1) / benchImages // verifiers per burst: one pod per (tenant, image)
+	// The verifiers of a slot's verify burst: one pod per (tenant, image).
+	perBurst := 0
+	if slices.Contains(bursts, "verify") {
+		perBurst = (pods + benchImages - 1) / benchImages
+	}
 	var out []burstPair
 	for k := range pairs {
 		bp := burstPair{gateFirst: k%2 == 0, p50: map[string]map[string]time.Duration{}, cpu: map[string]map[string]float64{}}
@@ -95,9 +99,6 @@ func pairedBursts(t *testing.T, modes [2]mode, bins binaries, podLogs *[]string,
 			warmUp(slot)
 			var vs []*tenant
 			for v := range perBurst {
-				if !slices.Contains(bursts, "verify") {
-					break
-				}
 				user := fmt.Sprintf("verifier-%s-%d", slot, v)
 				c.reg.grant(user, "team-a/")
 				tn, err := c.newTenant(ctx, fmt.Sprintf("bench-v%s-%d", slot, v), user)
@@ -182,7 +183,7 @@ func verdict(lo, hi, bound float64) string {
 // ratio, and the mean ratio with its 95 % interval against the target
 // (serve adds at most 5 % or 20 ms at p50, whichever is larger).
 func pairedReport(ps []burstPair, pods int) string {
-	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	const gate, serve = gateMode, serveMode
 	var b strings.Builder
 	sec := func(d time.Duration) string { return fmt.Sprintf("%.2f s", d.Seconds()) }
 	fmt.Fprintf(&b, "Paired bursts of %d pods at once on one node (creation to all containers running, p50 of each burst):\n\n", pods)
@@ -290,7 +291,7 @@ func TestVerdict(t *testing.T) {
 // TestPairedReport: the report of one burst kind or both, from pairs whose
 // ratios and verdicts are worked by hand.
 func TestPairedReport(t *testing.T) {
-	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	const gate, serve = gateMode, serveMode
 	pair := func(gateFirst bool, g, sv map[string]time.Duration) burstPair {
 		p := burstPair{gateFirst: gateFirst, p50: map[string]map[string]time.Duration{gate: g, serve: sv},
 			cpu: map[string]map[string]float64{gate: {}, serve: {}}}

@@ -55,9 +55,9 @@ func TestBenchKubelet(t *testing.T) {
 	t.Logf("the kubelet's pull settings in both modes (deploy/kubelet/config-snippet.yaml):\n%s", settings)
 	benchModes := func(round int) []mode {
 		ms := []mode{
-			{name: "kubelet-gate-on/containerd", kubeletGate: true, installed: true, pullSettings: settings},
+			{name: gateMode, kubeletGate: true, installed: true, pullSettings: settings},
 			// serve with its unit's command line, at its verbosity.
-			{name: "kubelet-gate-off/pullguard-serve", proxy: true, installed: true, quietServe: true, pullSettings: settings},
+			{name: serveMode, proxy: true, installed: true, quietServe: true, pullSettings: settings},
 		}
 		if round%2 == 1 {
 			slices.Reverse(ms)
@@ -119,6 +119,13 @@ func TestBenchKubelet(t *testing.T) {
 	}
 	t.Log("\n" + benchReport(startup, storm, seq, pods))
 }
+
+// The bench's two modes, by name: the kubelet's own gate with containerd
+// as its image service, and the kubelet's gate off behind pullguard serve.
+const (
+	gateMode  = "kubelet-gate-on/containerd"
+	serveMode = "kubelet-gate-off/pullguard-serve"
+)
 
 // installPullSettings is what the install's snippet sets in the kubelet's
 // configuration, but the endpoints, as configuration lines.
@@ -852,7 +859,7 @@ func (c *cluster) removeSandboxes(t *testing.T, ctx context.Context) {
 
 // benchReport is the Markdown of docs/benchmarks.md's "serve on a node".
 func benchReport(startup map[string]map[string]*samples, storm map[string]*samples, seq, pods int) string {
-	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	const gate, serve = gateMode, serveMode
 	var b strings.Builder
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 	if startup[gate] == nil || startup[serve] == nil {
@@ -923,7 +930,7 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 
 // stormReport adds the reboot storms' figures to b and returns it.
 func stormReport(b *strings.Builder, storm map[string]*samples) string {
-	const gate, serve = "kubelet-gate-on/containerd", "kubelet-gate-off/pullguard-serve"
+	const gate, serve = gateMode, serveMode
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
 	if g, sv := storm[gate], storm[serve]; g != nil && sv != nil {
 		fmt.Fprintf(b, "\nCPU seconds of the reboot storms, summed over the rounds:\n\n| process | kubelet gate | serve | serve − gate |\n|---|---|---|---|\n")

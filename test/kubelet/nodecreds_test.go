@@ -23,7 +23,7 @@ import (
 // gate on, or off with serve started exactly as
 // deploy/systemd/pullguard.service starts it.
 var installedModes = []mode{
-	{name: "kubelet-gate-on/containerd", kubeletGate: true, installed: true},
+	{name: gateMode, kubeletGate: true, installed: true},
 	{name: "kubelet-gate-off/pullguard-serve-as-installed", proxy: true, installed: true},
 }
 

@@ -14,8 +14,8 @@ import (
 // implementation of KEP-2535 (the reference), and the kubelet without it
 // behind `pullguard serve`.
 var modes = []mode{
-	{name: "kubelet-gate-on/containerd", kubeletGate: true},
-	{name: "kubelet-gate-off/pullguard-serve", proxy: true},
+	{name: gateMode, kubeletGate: true},
+	{name: serveMode, proxy: true},
 }
 
 // TestKubelet runs the multi-tenant scenarios on a one-node cluster of the
