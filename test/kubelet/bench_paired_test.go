@@ -338,3 +338,30 @@ func TestPairedReport(t *testing.T) {
 		})
 	}
 }
+
+// TestCPUTable checks the CPU table's per-burst means and its "others"
+// row (the machine's busy time less the node's processes) on hand-worked
+// values.
+func TestCPUTable(t *testing.T) {
+	procs := func(all, kubelet, serveCPU float64) *samples {
+		return &samples{cpu: map[string]float64{"all": all, "kubelet": kubelet, "kube-apiserver": 4, "etcd": 2,
+			"containerd": 6, "registry": 1, "pullguard serve": serveCPU}}
+	}
+	m := map[string]map[string]*samples{
+		gateMode:  {"verify": procs(90, 20, 0)},
+		serveMode: {"verify": procs(96, 22, 3)},
+	}
+	var b strings.Builder
+	cpuTable(&b, pairedPhases, m, 2)
+	out := b.String()
+	// Per burst (2 pairs): all 45 / 48; others (90−33)/2 = 28.5, (96−38)/2 = 29.
+	for _, row := range []string{
+		"| verify | all | 45.00 | 48.00 | +3.00 |",
+		"| verify | kubelet | 10.00 | 11.00 | +1.00 |",
+		"| verify | pullguard serve | 0.00 | 1.50 | +1.50 |",
+		"| verify | others | 28.50 | 29.00 | +0.50 |",
+	} {
+		assert.Contains(t, out, row)
+	}
+	assert.NotContains(t, out, "| present |", "a phase not measured has no rows")
+}

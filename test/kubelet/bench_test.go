@@ -99,7 +99,10 @@ func TestBenchKubelet(t *testing.T) {
 			paired := map[string]map[string]*samples{}
 			bursts := strings.Split(cmp.Or(os.Getenv("PULLGUARD_BENCH_PAIRED_BURSTS"), strings.Join(pairedPhases, ",")), ",")
 			ps := pairedBursts(t, [2]mode(benchModes(0)), bins, podLogs, pairs, pods, bursts, paired)
-			t.Log("\n" + pairedReport(ps, pods))
+			var b strings.Builder
+			fmt.Fprintf(&b, "\n%s\nCPU seconds per burst, the mean of %d pairs:\n\n", pairedReport(ps, pods), len(ps))
+			cpuTable(&b, pairedPhases, paired, max(len(ps), 1))
+			t.Log(b.String())
 		})
 	}
 	stormModes := benchModes
@@ -915,17 +918,37 @@ func benchReport(startup map[string]map[string]*samples, storm map[string]*sampl
 		}
 		fmt.Fprintln(&b)
 	}
-	fmt.Fprintf(&b, "\nCPU seconds used while the pods started, summed over the rounds:\n\n| phase | process | kubelet gate | serve | serve − gate |\n|---|---|---|---|---|\n")
-	for _, ph := range startupPhases {
-		g, sv := startup[gate][ph], startup[serve][ph]
-		if g == nil || sv == nil {
+	b.WriteString("\nCPU seconds used while the pods started, summed over the rounds:\n\n")
+	cpuTable(&b, startupPhases, startup, 1)
+	return stormReport(&b, storm)
+}
+
+// cpuTable adds to b the CPU seconds of each of the node's processes in
+// each phase, by mode (m[mode][phase]), divided by n: the busy time of the
+// whole machine, each process, and "others", the rest of the busy time
+// (the containers' shims and runc, the bench itself, the kernel's
+// threads).
+func cpuTable(b *strings.Builder, phases []string, m map[string]map[string]*samples, n int) {
+	const gate, serve = gateMode, serveMode
+	b.WriteString("| phase | process | kubelet gate | serve | serve − gate |\n|---|---|---|---|---|\n")
+	for _, ph := range phases {
+		g, sv := m[gate][ph], m[serve][ph]
+		if g == nil || sv == nil || g.cpu == nil || sv.cpu == nil {
 			continue
 		}
-		for _, proc := range nodeProcesses {
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %+.1f |\n", ph, proc, g.cpu[proc], sv.cpu[proc], sv.cpu[proc]-g.cpu[proc])
+		row := func(proc string, gc, sc float64) {
+			gc, sc = gc/float64(n), sc/float64(n)
+			fmt.Fprintf(b, "| %s | %s | %.2f | %.2f | %+.2f |\n", ph, proc, gc, sc, sc-gc)
 		}
+		gOthers, sOthers := g.cpu["all"], sv.cpu["all"]
+		for _, proc := range nodeProcesses {
+			row(proc, g.cpu[proc], sv.cpu[proc])
+			if proc != "all" {
+				gOthers, sOthers = gOthers-g.cpu[proc], sOthers-sv.cpu[proc]
+			}
+		}
+		row("others", gOthers, sOthers)
 	}
-	return stormReport(&b, storm)
 }
 
 // stormReport adds the reboot storms' figures to b and returns it.
