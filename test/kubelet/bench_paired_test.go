@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -351,6 +352,14 @@ func TestCPUTable(t *testing.T) {
 		gateMode:  {"verify": procs(90, 20, 0)},
 		serveMode: {"verify": procs(96, 22, 3)},
 	}
+	m[gateMode]["verify"].cpu["others/containerd-shim"] = 20
+	m[serveMode]["verify"].cpu["others/containerd-shim"] = 22
+	m[serveMode]["verify"].cpu["others/pause"] = 0.2
+	m[gateMode]["verify"].cpu["others/tiny"] = 0.09 // under 0.05 s a burst
+	checkOthers := func(out string) {
+		assert.NotContains(t, out, "others/tiny")
+		assert.Less(t, strings.Index(out, "others/containerd-shim"), strings.Index(out, "others/pause"), "the larger first")
+	}
 	var b strings.Builder
 	cpuTable(&b, pairedPhases, m, 2)
 	out := b.String()
@@ -360,8 +369,62 @@ func TestCPUTable(t *testing.T) {
 		"| verify | kubelet | 10.00 | 11.00 | +1.00 |",
 		"| verify | pullguard serve | 0.00 | 1.50 | +1.50 |",
 		"| verify | others | 28.50 | 29.00 | +0.50 |",
+		"| verify | others/containerd-shim | 10.00 | 11.00 | +1.00 |",
+		"| verify | others/pause | 0.00 | 0.10 | +0.10 |",
 	} {
 		assert.Contains(t, out, row)
 	}
 	assert.NotContains(t, out, "| present |", "a phase not measured has no rows")
+	checkOthers(out)
+}
+
+// TestCPUDelta checks that the processes other than the node's add up by
+// command between two readings: a process that started in between counts
+// from 0, a reused PID is another process, a kernel thread's command is
+// cut at its "/", and one that ended in between is not counted.
+func TestCPUDelta(t *testing.T) {
+	before := map[string]float64{
+		"all": 100, "kubelet": 10,
+		"pid/7/100/containerd-shim": 1.0,
+		"pid/8/100/kworker/0:1":     0.5,
+		"pid/9/100/gone":            3,
+		"pid/10/100/runc":           2, // its PID is reused below
+	}
+	after := map[string]float64{
+		"all": 150, "kubelet": 12,
+		"pid/7/100/containerd-shim":  1.5,
+		"pid/11/200/containerd-shim": 0.25, // new
+		"pid/8/100/kworker/0:1":      0.75,
+		"pid/12/300/kworker/1:0-ev":  0.5,
+		"pid/10/400/runc":            0.125,
+	}
+	assert.Equal(t, map[string]float64{
+		"all": 50, "kubelet": 2,
+		"others/containerd-shim": 0.75,
+		"others/kworker":         0.75,
+		"others/runc":            0.125,
+	}, cpuDelta(before, after))
+}
+
+// TestParseProcStat reads /proc/PID/stat lines whose command holds
+// spaces and parentheses.
+func TestParseProcStat(t *testing.T) {
+	line := func(comm string) []byte {
+		// pid (comm) state ppid pgrp session tty tpgid flags minflt
+		// cminflt majflt cmajflt utime stime cutime cstime priority nice
+		// threads itrealvalue starttime ...
+		return []byte("42 (" + comm + ") S 1 42 42 0 -1 4194560 100 0 0 0 250 50 30 20 20 0 12 0 98765 1000 10 18446744073709551615")
+	}
+	for _, comm := range []string{"containerd-shim", "a b", "x) (y", ")"} {
+		st, err := parseProcStat(42, line(comm))
+		require.NoError(t, err, comm)
+		assert.Equal(t, procStat{comm: comm, start: "98765", self: 3, children: 0.5}, st, comm)
+	}
+	for _, bad := range []string{"", "42 no command", "42 (x) S 1 2 3", "42 (x) S 1 42 42 0 -1 4194560 100 0 0 0 u 50 30 20 20 0 12 0 98765"} {
+		_, err := parseProcStat(42, []byte(bad))
+		assert.Error(t, err, bad)
+	}
+	st, err := readProcStat(os.Getpid())
+	require.NoError(t, err)
+	assert.Equal(t, "kubelet.test", st.comm)
 }

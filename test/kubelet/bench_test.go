@@ -1,6 +1,7 @@
 package kubelet
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -205,36 +206,99 @@ var nodeProcesses = []string{"all", "kubelet", "kube-apiserver", "etcd", "contai
 
 // cpuSeconds is the CPU time (user and system) each of the node's
 // processes has used so far, and the whole machine's busy time ("all").
+// Every other process is a key "pid/PID/START/COMM" (START: its start time,
+// so that a reused PID is another key) with its own time and that of the
+// children it reaped (a shim's runc): cpuDelta adds them up by command.
 func (c *cluster) cpuSeconds(t *testing.T) map[string]float64 {
 	procs := map[string]*child{"kubelet": c.kl, "kube-apiserver": c.api, "etcd": c.etcd, "containerd": c.ctrd.proc, "registry": c.reg.proc, "pullguard serve": c.pg}
 	out := map[string]float64{}
+	named := map[int]bool{}
 	for name, ch := range procs {
 		if ch == nil || ch.cmd.Process == nil || ch.exited() {
 			continue // a stopped kubelet: the one started next counts from 0
 		}
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", ch.cmd.Process.Pid))
+		pid := ch.cmd.Process.Pid
+		st, err := readProcStat(pid)
 		require.NoError(t, err, name)
-		// Fields after the command's closing parenthesis: utime and
-		// stime are the 12th and 13th, in clock ticks (100 a second).
-		_, rest, ok := strings.Cut(string(data), ") ")
-		require.True(t, ok, name)
-		f := strings.Fields(rest)
-		require.Greater(t, len(f), 13, name)
-		u, err := strconv.ParseFloat(f[11], 64)
-		require.NoError(t, err)
-		st, err := strconv.ParseFloat(f[12], 64)
-		require.NoError(t, err)
-		out[name] = (u + st) / 100
+		out[name] = st.self
+		named[pid] = true
+	}
+	dirs, err := os.ReadDir("/proc")
+	require.NoError(t, err)
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || named[pid] {
+			continue
+		}
+		st, err := readProcStat(pid)
+		if err != nil {
+			continue // it ended since the listing
+		}
+		out[fmt.Sprintf("pid/%d/%s/%s", pid, st.start, st.comm)] = st.self + st.children
 	}
 	busy, _ := machineTicks(t)
 	out["all"] = busy / 100
 	return out
 }
 
+// procStat is what cpuSeconds reads of /proc/PID/stat: the command, the
+// process's CPU seconds (user and system), those of the children it
+// reaped, and its start time (clock ticks after boot, as written).
+type procStat struct {
+	comm, start    string
+	self, children float64
+}
+
+func readProcStat(pid int) (procStat, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return procStat{}, err
+	}
+	return parseProcStat(pid, data)
+}
+
+func parseProcStat(pid int, data []byte) (procStat, error) {
+	var err error
+	// The command is between the first "(" and the last ")"; it may hold
+	// either. After it: utime, stime, cutime and cstime are the 12th to
+	// 15th fields, in clock ticks (100 a second), starttime the 20th.
+	open, closing := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+	if open < 0 || closing < open {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: no command in %q", pid, data)
+	}
+	f := strings.Fields(string(data[closing+1:]))
+	if len(f) < 20 {
+		return procStat{}, fmt.Errorf("/proc/%d/stat: %d fields after the command", pid, len(f))
+	}
+	var ticks [4]float64
+	for i := range ticks {
+		if ticks[i], err = strconv.ParseFloat(f[11+i], 64); err != nil {
+			return procStat{}, fmt.Errorf("/proc/%d/stat: field %d: %w", pid, 14+i, err)
+		}
+	}
+	return procStat{comm: string(data[open+1 : closing]), start: f[19],
+		self: (ticks[0] + ticks[1]) / 100, children: (ticks[2] + ticks[3]) / 100}, nil
+}
+
+// cpuDelta is the CPU seconds used between two cpuSeconds: by named
+// process, "all", and the other processes' by command as "others/COMM"
+// (a kernel thread's command up to its "/": "kworker/1:2" is "kworker").
+// A process that started in between counts from 0; one that ended in
+// between counts only in its parent's children, if the parent reaped it.
 func cpuDelta(before, after map[string]float64) map[string]float64 {
 	d := map[string]float64{}
 	for k, v := range after {
-		d[k] = v - before[k]
+		rest, ok := strings.CutPrefix(k, "pid/")
+		if !ok {
+			d[k] = v - before[k]
+			continue
+		}
+		parts := strings.SplitN(rest, "/", 3) // PID, START, COMM
+		if len(parts) != 3 {
+			continue
+		}
+		comm, _, _ := strings.Cut(parts[2], "/")
+		d["others/"+comm] += v - before[k]
 	}
 	return d
 }
@@ -948,6 +1012,26 @@ func cpuTable(b *strings.Builder, phases []string, m map[string]map[string]*samp
 			}
 		}
 		row("others", gOthers, sOthers)
+		// The others by command, the larger first; under 0.05 s a
+		// burst in both modes, left out.
+		var comms []string
+		for k := range maps.Keys(g.cpu) {
+			comms = append(comms, k)
+		}
+		for k := range maps.Keys(sv.cpu) {
+			if _, ok := g.cpu[k]; !ok {
+				comms = append(comms, k)
+			}
+		}
+		comms = slices.DeleteFunc(comms, func(k string) bool {
+			return !strings.HasPrefix(k, "others/") || max(g.cpu[k], sv.cpu[k])/float64(n) < 0.05
+		})
+		slices.SortFunc(comms, func(a, b string) int {
+			return cmp.Or(cmp.Compare(max(g.cpu[b], sv.cpu[b]), max(g.cpu[a], sv.cpu[a])), strings.Compare(a, b))
+		})
+		for _, k := range comms {
+			row(k, g.cpu[k], sv.cpu[k])
+		}
 	}
 }
 
