@@ -17,9 +17,23 @@ const MaxRecvMsgSize = 16 << 20
 const recvWindow = 1 << 20
 
 // NewGRPCServer returns the gRPC server `pullguard serve` runs, with srv
-// registered as its runtime.v1.ImageService: the interceptors that count
-// requests and turn a panic into Internal. The benchmarks build their
-// proxy with it too, so that they measure the server the daemon runs.
+// registered as its runtime.v1.ImageService: ServerOptions' transport,
+// and the interceptors that count requests and turn a panic into
+// Internal. The benchmarks build their proxy with it too, so that they
+// measure the server the daemon runs.
+func NewGRPCServer(srv runtimeapi.ImageServiceServer, logger klog.Logger) *grpc.Server {
+	gs := grpc.NewServer(append(ServerOptions(),
+		grpc.ChainUnaryInterceptor(UnaryInterceptor(logger)),
+		grpc.ChainStreamInterceptor(StreamInterceptor(logger)),
+	)...)
+	runtimeapi.RegisterImageServiceServer(gs, srv)
+	return gs
+}
+
+// ServerOptions are the transport settings of NewGRPCServer's server, for
+// an embedder that serves the proxy on a server of its own (and for the
+// benchmarks' baseline, a bare forwarding server with the same
+// transport).
 //
 // Requests run on a few long-lived stream workers instead of a new
 // goroutine each: a new goroutine's stack grows (is copied) on every
@@ -27,23 +41,20 @@ const recvWindow = 1 << 20
 // protobuf, which was the largest single cost on the proxy's side of a
 // forwarded ImageStatus. When every worker is busy (pulls in flight, 64
 // pods at once), gRPC falls back to a new goroutine: nothing waits.
-func NewGRPCServer(srv runtimeapi.ImageServiceServer, logger klog.Logger) *grpc.Server {
-	gs := grpc.NewServer(
-		grpc.ChainUnaryInterceptor(UnaryInterceptor(logger)),
-		grpc.ChainStreamInterceptor(StreamInterceptor(logger)),
+//
+// Static receive windows turn off gRPC's bandwidth-delay estimation,
+// which sends a PING (and reads its ack) after nearly every request when
+// requests are small, as the CRI's are: two more frames per call on a
+// unix socket whose window never needs to grow. Requests are far below
+// these windows; what the proxy sends (a big ListImages) is governed by
+// the kubelet's windows.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvMsgSize),
 		grpc.NumStreamWorkers(streamWorkers()),
-		// Static receive windows turn off gRPC's bandwidth-delay
-		// estimation, which sends a PING (and reads its ack) after nearly
-		// every request when requests are small, as the CRI's are: two
-		// more frames per call on a unix socket whose window never needs
-		// to grow. Requests are far below these windows; what the proxy
-		// sends (a big ListImages) is governed by the kubelet's windows.
 		grpc.StaticStreamWindowSize(recvWindow),
 		grpc.StaticConnWindowSize(recvWindow),
-	)
-	runtimeapi.RegisterImageServiceServer(gs, srv)
-	return gs
+	}
 }
 
 // streamWorkers is how many stream workers the server keeps: enough for

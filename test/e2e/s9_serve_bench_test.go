@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -168,7 +169,7 @@ func newBenchProxy() (*benchProxy, error) {
 // the difference of the two p50s, what the target bounds.
 func BenchmarkServeImageStatus(b *testing.B) {
 	env := setupBench(b)
-	compareImageStatus(b, env.direct, env.proxy, env.image, nil)
+	compareImageStatus(b, env.direct, env.proxy, env.image)
 }
 
 // BenchmarkServeImageStatusDaemon is BenchmarkServeImageStatus through
@@ -185,6 +186,17 @@ func BenchmarkServeImageStatus(b *testing.B) {
 // (user and system, from /proc) and heap allocations (its /metrics) per
 // iteration, that is for one forwarded ImageStatus and one refused;
 // containerd-cpu-µs/call is containerd's per ImageStatus.
+//
+// Each iteration also asks containerd's ImageStatus through the null
+// proxy (test/e2e/testdata/nullproxy): a process that only forwards the
+// call, over serve's transport (criproxy.ServerOptions) and serve's
+// runtime client. null-added-p50-µs is what that costs over containerd
+// (one more process with a gRPC server half and a client half: the floor
+// of any proxy of this kind on the machine), over-null-p50-µs what serve
+// costs over it (pullguard's own work and its interceptor); the null
+// proxy is asked with the spec of serve's presence check, so that both
+// get the same request. null-cpu-µs/iter is the null proxy's CPU time
+// per iteration (one forwarded ImageStatus).
 func BenchmarkServeImageStatusDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
@@ -207,15 +219,63 @@ func BenchmarkServeImageStatusDaemon(b *testing.B) {
 		return nil
 	}
 	require.NoError(b, hop()) // connected
+	// The baseline: a bare forwarding server on serve's transport.
+	null, nullPID := startNullProxy(b)
+	// The spec serve's presence check gets: the same request bytes.
+	nullSpec := kubeletSpec(env.image, benchPods.Add(1))
+	forward := func() error {
+		st, err := null.ImageStatus(ctx, nullSpec, false)
+		if err == nil && st.GetImage() == nil {
+			return errors.New("the null proxy reported the image absent")
+		}
+		return err
+	}
+	require.NoError(b, forward()) // connected
 
 	servePID, ctrPID := d.proc.cmd.Process.Pid, h.containerd.proc.cmd.Process.Pid
-	serveCPU, ctrCPU := processCPU(b, servePID), processCPU(b, ctrPID)
+	serveCPU, ctrCPU, nullCPU := processCPU(b, servePID), processCPU(b, ctrPID), processCPU(b, nullPID)
 	allocs := metricValue(b, d, "go_memstats_mallocs_total")
-	iters := compareImageStatus(b, env.direct, daemon, env.image, hop)
+	iters, p50 := compareImageStatus(b, env.direct, daemon, env.image, timedCall{"hop", hop}, timedCall{"null-proxy", forward})
+	b.ReportMetric(us(p50["null-proxy"]-p50["containerd"]), "null-added-p50-µs")
+	b.ReportMetric(us(p50["proxy"]-p50["null-proxy"]), "over-null-p50-µs")
 	b.ReportMetric(us(processCPU(b, servePID)-serveCPU)/float64(iters), "serve-cpu-µs/iter")
+	b.ReportMetric(us(processCPU(b, nullPID)-nullCPU)/float64(iters), "null-cpu-µs/iter")
 	b.ReportMetric((metricValue(b, d, "go_memstats_mallocs_total")-allocs)/float64(iters), "serve-allocs/iter")
-	b.ReportMetric(us(processCPU(b, ctrPID)-ctrCPU)/float64(2*iters), "containerd-cpu-µs/call")
+	b.ReportMetric(us(processCPU(b, ctrPID)-ctrCPU)/float64(3*iters), "containerd-cpu-µs/call")
 }
+
+// startNullProxy starts test/e2e/testdata/nullproxy in front of the
+// suite's containerd (built once; stopped by its PID in cleanup) and
+// returns a client of it as the kubelet builds one, and its PID.
+func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
+	b.Helper()
+	nullOnce.Do(func() {
+		nullBinary = filepath.Join(h.dir, "nullproxy")
+		if out, err := exec.Command("go", "build", "-o", nullBinary, "./testdata/nullproxy").CombinedOutput(); err != nil {
+			nullErr = fmt.Errorf("go build the null proxy: %v\n%s", err, out)
+		}
+	})
+	require.NoError(b, nullErr)
+	dir := b.TempDir()
+	log, err := newLogSink(filepath.Join(dir, "nullproxy.log"))
+	require.NoError(b, err)
+	socket := filepath.Join(dir, "null.sock")
+	p, err := startProcess(log, nullBinary, "--listen", socket, "--runtime", h.containerd.endpoint())
+	require.NoError(b, err)
+	b.Cleanup(p.stop)
+	require.True(b, log.waitFor(0, "nullproxy: serving", 60*time.Second), "the null proxy did not start:\n%s", log.all())
+	ctx := context.Background()
+	c, err := criruntime.NewKubeletClient(ctx, "unix://"+socket, time.Minute)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = c.Close(ctx) })
+	return c, p.cmd.Process.Pid
+}
+
+var (
+	nullOnce   sync.Once
+	nullBinary string
+	nullErr    error
+)
 
 // processCPU is a process's CPU time so far, user and system, from
 // /proc/PID/stat (in clock ticks of 10 ms: meaningful over thousands of
@@ -236,57 +296,58 @@ func processCPU(b *testing.B, pid int) time.Duration {
 	return time.Duration(ticks) * 10 * time.Millisecond
 }
 
+// timedCall is a call compareImageStatus times in every iteration too,
+// reported as p50-µs/NAME and p99-µs/NAME.
+type timedCall struct {
+	name string
+	call func() error
+}
+
 // compareImageStatus asks ImageStatus of image straight to containerd and
-// through a proxy in every iteration, in alternating order, and reports
-// the p50 and p99 of each and added-p50-µs, the difference of the p50s.
-// Through the proxy, a pod's presence check asks (the kubelet's annotated
-// spec), and the image must be reported absent to it (it is hidden). A
-// non-nil hop is timed in the same iterations too (p50-µs/hop). It
-// returns the number of iterations.
-func compareImageStatus(b *testing.B, direct, proxy criapi.ImageManagerService, image string, hop func() error) int {
+// through a proxy in every iteration, with each of extras, in rotating
+// order, and reports the p50 and p99 of each and added-p50-µs, the
+// difference of the proxy's and containerd's p50s. Through the proxy, a
+// pod's presence check asks (the kubelet's annotated spec), and the image
+// must be reported absent to it (it is hidden). It returns the number of
+// iterations and the p50 of each call by name ("containerd", "proxy" and
+// extras').
+func compareImageStatus(b *testing.B, direct, proxy criapi.ImageManagerService, image string, extras ...timedCall) (int, map[string]time.Duration) {
 	spec := &runtimeapi.ImageSpec{Image: image}
 	presence := kubeletSpec(image, benchPods.Add(1)) // a pod that shows nothing
 	ctx := context.Background()
-	var directLat, proxied, hops []time.Duration
-	calls := []func() error{
-		func() error {
-			start := time.Now()
+	calls := append([]timedCall{
+		{"containerd", func() error {
 			_, err := direct.ImageStatus(ctx, spec, false)
-			directLat = append(directLat, time.Since(start))
 			return err
-		},
-		func() error {
-			start := time.Now()
+		}},
+		{"proxy", func() error {
 			st, err := proxy.ImageStatus(ctx, presence, false)
-			proxied = append(proxied, time.Since(start))
 			if err == nil && st.GetImage() != nil {
 				return errors.New("the proxy reported a credential-pulled image present")
 			}
 			return err
-		},
-	}
-	if hop != nil {
-		calls = append(calls, func() error {
-			start := time.Now()
-			err := hop()
-			hops = append(hops, time.Since(start))
-			return err
-		})
-	}
+		}},
+	}, extras...)
+	lat := make([][]time.Duration, len(calls))
 	i := 0
 	for b.Loop() {
 		for k := range calls {
-			if err := calls[(i+k)%len(calls)](); err != nil {
-				b.Fatal(err)
+			j := (i + k) % len(calls)
+			start := time.Now()
+			err := calls[j].call()
+			lat[j] = append(lat[j], time.Since(start))
+			if err != nil {
+				b.Fatalf("%s: %v", calls[j].name, err)
 			}
 		}
 		i++
 	}
-	d := reportPercentiles(b, directLat, "containerd")
-	p := reportPercentiles(b, proxied, "proxy")
-	b.ReportMetric(us(p-d), "added-p50-µs")
-	reportPercentiles(b, hops, "hop")
-	return i
+	p50 := map[string]time.Duration{}
+	for j, c := range calls {
+		p50[c.name] = reportPercentiles(b, lat[j], c.name)
+	}
+	b.ReportMetric(us(p50["proxy"]-p50["containerd"]), "added-p50-µs")
+	return i, p50
 }
 
 // BenchmarkServePull: a PullImage answered from a record, in the kubelet's
