@@ -76,8 +76,10 @@ SEQ ?= 10
 ROUNDS ?= 3
 STORM_ROUNDS ?= 2
 ## PAIRS=N adds N pairs of bursts in both modes on one node, back to back
-## (about 3 minutes a pair): `make bench-kubelet ROUNDS=0 STORM_ROUNDS=0
-## PAIRS=10` resolves the 50-pod target.
+## (about 4 minutes a pair with both bursts, 2 with one:
+## PULLGUARD_BENCH_PAIRED_BURSTS=present or verify), and reports the ratio's
+## 95 % interval: `PULLGUARD_BENCH_PAIRED_BURSTS=verify make bench-kubelet
+## ROUNDS=0 STORM_ROUNDS=0 PAIRS=36` resolved the 50-pod target on 2 cores.
 PAIRS ?= 0
 bench-kubelet:
 	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_SEQ=$(SEQ) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \

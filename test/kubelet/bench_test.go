@@ -1014,11 +1014,8 @@ func cpuTable(b *strings.Builder, phases []string, m map[string]map[string]*samp
 		row("others", gOthers, sOthers)
 		// The others by command, the larger first; under 0.05 s a
 		// burst in both modes, left out.
-		var comms []string
-		for k := range maps.Keys(g.cpu) {
-			comms = append(comms, k)
-		}
-		for k := range maps.Keys(sv.cpu) {
+		comms := slices.Collect(maps.Keys(g.cpu))
+		for k := range sv.cpu {
 			if _, ok := g.cpu[k]; !ok {
 				comms = append(comms, k)
 			}
