@@ -147,7 +147,7 @@ func (d *serveDaemon) start(t testing.TB, args ...string) {
 	mark := d.log.mark()
 	argv := append([]string{"serve", "--listen", d.endpoint(), "--image-service-endpoint", h.containerd.endpoint(), "--root-dir", d.root,
 		"--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(d.root, "kubelet"), "-v=2"}, args...)
-	p, err := startProcess(d.log, h.binary, argv...)
+	p, err := startProcessEnv(d.log, proxyEnv(), h.binary, argv...)
 	require.NoError(t, err)
 	d.proc = p
 	require.True(t, d.log.waitFor(mark, "pullguard: serving on", 60*time.Second), "serve did not start:\n%s", d.log.all())

@@ -96,7 +96,16 @@ type process struct {
 }
 
 func startProcess(log *logSink, name string, args ...string) (*process, error) {
+	return startProcessEnv(log, nil, name, args...)
+}
+
+// startProcessEnv is startProcess with env added to the test's own
+// environment (nil: the test's environment as it is).
+func startProcessEnv(log *logSink, env []string, name string, args ...string) (*process, error) {
 	cmd := exec.Command(name, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -260,7 +260,7 @@ func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
 	log, err := newLogSink(filepath.Join(dir, "nullproxy.log"))
 	require.NoError(b, err)
 	socket := filepath.Join(dir, "null.sock")
-	p, err := startProcess(log, nullBinary, "--listen", socket, "--runtime", h.containerd.endpoint())
+	p, err := startProcessEnv(log, proxyEnv(), nullBinary, "--listen", socket, "--runtime", h.containerd.endpoint())
 	require.NoError(b, err)
 	b.Cleanup(p.stop)
 	require.True(b, log.waitFor(0, "nullproxy: serving", 60*time.Second), "the null proxy did not start:\n%s", log.all())
@@ -269,6 +269,16 @@ func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close(ctx) })
 	return c, p.cmd.Process.Pid
+}
+
+// proxyEnv is the environment the benchmarks add to serve's and the null
+// proxy's own, from PULLGUARD_BENCH_PROXY_ENV (NAME=VALUE words, e.g.
+// "GOMAXPROCS=1": docs/benchmarks.md, "The hop"); nil when unset.
+func proxyEnv() []string {
+	if env := strings.Fields(os.Getenv("PULLGUARD_BENCH_PROXY_ENV")); len(env) > 0 {
+		return env
+	}
+	return nil
 }
 
 var (
