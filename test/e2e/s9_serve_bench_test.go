@@ -271,9 +271,10 @@ func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
 	return c, p.cmd.Process.Pid
 }
 
-// proxyEnv is the environment the benchmarks add to serve's and the null
-// proxy's own, from PULLGUARD_BENCH_PROXY_ENV (NAME=VALUE words, e.g.
-// "GOMAXPROCS=1": docs/benchmarks.md, "The hop"); nil when unset.
+// proxyEnv is what the suite adds to the environment of every serve it
+// starts and of the null proxy, from PULLGUARD_BENCH_PROXY_ENV (NAME=VALUE
+// words, e.g. "GOMAXPROCS=1", for the hop's benchmarks: docs/benchmarks.md,
+// "The hop"); nil when unset, as in CI.
 func proxyEnv() []string {
 	if env := strings.Fields(os.Getenv("PULLGUARD_BENCH_PROXY_ENV")); len(env) > 0 {
 		return env
