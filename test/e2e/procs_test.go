@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // logSink keeps a process's output, line by line, and wakes waiters when a
@@ -313,7 +318,38 @@ state = %q
 	if !c.log.waitFor(mark, "containerd successfully booted", 30*time.Second) {
 		return nil, fmt.Errorf("containerd did not start serving; its log:\n%s", c.log.all())
 	}
+	if err := c.waitCRI(30 * time.Second); err != nil {
+		c.proc.stop()
+		return nil, fmt.Errorf("%w; containerd's log:\n%s", err, c.log.all())
+	}
 	return c, nil
+}
+
+// waitCRI blocks until containerd's CRI plugin answers ListImages.
+// containerd logs "successfully booted" before the plugin has finished
+// its own start, and until then every CRI call fails with "server is not
+// initialized yet": a test that called at once would see that error
+// instead of the runtime's answer.
+func (c *containerd) waitCRI(timeout time.Duration) error {
+	conn, err := grpc.NewClient(c.endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost"))
+	if err != nil {
+		return fmt.Errorf("containerd's CRI at %s: %w", c.socket, err)
+	}
+	defer conn.Close()
+	images := runtimeapi.NewImageServiceClient(conn)
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err = images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("containerd's CRI at %s did not answer within %s: %w", c.socket, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting on another process's start, not on this test's timing
+	}
 }
 
 func (c *containerd) endpoint() string { return "unix://" + c.socket }

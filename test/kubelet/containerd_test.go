@@ -143,7 +143,35 @@ state = %q
 		c.proc.stop(10 * time.Second)
 		return nil, fmt.Errorf("containerd: %w\n%s", err, c.out.tail(30))
 	}
+	if err := c.awaitCRI(wait); err != nil {
+		c.proc.stop(10 * time.Second)
+		return nil, fmt.Errorf("containerd: %w\n%s", err, c.out.tail(30))
+	}
 	return c, nil
+}
+
+// awaitCRI returns once the CRI plugin answers ListImages. containerd logs
+// "successfully booted" before that plugin has finished its own start; a
+// CRI call in between fails with "server is not initialized yet".
+func (c *containerd) awaitCRI(ctx context.Context) error {
+	_, images, done, err := c.cri(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	for {
+		call, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := images.ListImages(call, &runtimeapi.ListImagesRequest{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("its CRI never answered: %w", err)
+		case <-time.After(50 * time.Millisecond): // waiting on another process's start
+		}
+	}
 }
 
 func (c *containerd) cri(ctx context.Context) (runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient, func(), error) {
