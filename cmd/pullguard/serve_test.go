@@ -377,7 +377,10 @@ func TestServeSIGTERMDuringPull(t *testing.T) {
 	gate := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/blobs/") {
 			once.Do(func() { close(blocked) })
-			<-release
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
 		}
 		w.reg.ServeHTTP(rw, r)
 	}), ReadHeaderTimeout: 10 * time.Second}
@@ -414,7 +417,27 @@ spec:
 	var out, errOut bytes.Buffer
 	run.Stdout, run.Stderr = &out, &errOut
 	require.NoError(t, run.Start())
-	<-blocked
+	runDone := make(chan struct{})
+	go func() { _ = run.Wait(); close(runDone) }() // its exit code is not the point: see below
+	t.Cleanup(func() {
+		select {
+		case <-runDone:
+		default:
+			_ = run.Process.Kill()
+			<-runDone
+		}
+	})
+	// Every wait below ends on the event, on the process it waits for
+	// exiting, or after two minutes: a failure elsewhere fails the test
+	// with its cause instead of hanging the package until go test's
+	// timeout.
+	select {
+	case <-blocked:
+	case <-runDone:
+		t.Fatalf("pullguard run exited before its pull reached the blobs:\n%s%s", out.String(), errOut.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the pull never reached the registry's blobs")
+	}
 
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
 	for !strings.Contains(d.out.String(), "Shutting down") {
@@ -422,15 +445,25 @@ spec:
 		case <-d.out.ch:
 		case <-d.done:
 			t.Fatalf("serve exited with a pull in flight: %s", d.out.String())
+		case <-time.After(2 * time.Minute):
+			t.Fatalf("serve did not log its shutdown after SIGTERM: %s", d.out.String())
 		}
 	}
 	close(release)
 	// The client's own calls after the pull (it asks ImageStatus for the
 	// image's ID) find the socket closed: serve takes no new call after
 	// SIGTERM. The pull itself finished.
-	_ = run.Wait()
+	select {
+	case <-runDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("pullguard run did not end after the gate opened")
+	}
 	assert.Contains(t, out.String()+errOut.String(), "Successfully pulled image", "the pull in flight finished")
-	<-d.done
+	select {
+	case <-d.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("serve did not exit after its pull finished: %s", d.out.String())
+	}
 	assert.Equal(t, 0, d.cmd.ProcessState.ExitCode())
 	assert.NoFileExists(t, d.socket)
 	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")

@@ -46,23 +46,56 @@ func crictlBinary(t *testing.T) string {
 // endpoint, as on a node) and returns its output and whether it succeeded.
 func crictl(t *testing.T, imageEndpoint string, args ...string) (string, bool) {
 	t.Helper()
+	return startCrictl(t, imageEndpoint, args...).result(t)
+}
+
+// crictlRun is a crictl process started by startCrictl.
+type crictlRun struct {
+	args []string
+	cmd  *exec.Cmd
+	out  bytes.Buffer
+	err  error
+	done chan struct{} // closed once the process has exited and err is set
+}
+
+// startCrictl starts crictl as crictl does and returns at once. Only the
+// wait for the process runs on another goroutine; every assertion is in
+// result, on the test's own. The test's end kills a crictl still running.
+func startCrictl(t *testing.T, imageEndpoint string, args ...string) *crictlRun {
+	t.Helper()
 	cfg := filepath.Join(h.dir, "crictl.yaml")
 	if _, err := os.Stat(cfg); err != nil {
 		require.NoError(t, os.WriteFile(cfg, nil, 0o600))
 	}
 	argv := append([]string{"--config", cfg, "--runtime-endpoint", h.containerd.endpoint(), "--image-endpoint", imageEndpoint, "--timeout", "120s"}, args...)
-	cmd := exec.Command(crictlBinary(t), argv...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	r := &crictlRun{args: args, cmd: exec.Command(crictlBinary(t), argv...), done: make(chan struct{})}
+	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
+	require.NoError(t, r.cmd.Start(), "crictl %v", args)
+	go func() { r.err = r.cmd.Wait(); close(r.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-r.done:
+		default:
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+	})
+	return r
+}
+
+// result waits for crictl to exit and returns its output and whether it
+// succeeded; the output joins those the leak scan reads.
+func (r *crictlRun) result(t *testing.T) (string, bool) {
+	t.Helper()
+	<-r.done
 	secretsMu.Lock()
-	outputs = append(outputs, out.String())
+	outputs = append(outputs, r.out.String())
 	secretsMu.Unlock()
-	if err != nil {
+	if r.err != nil {
 		var exit *exec.ExitError
-		require.ErrorAs(t, err, &exit, "crictl %v", args)
+		require.ErrorAs(t, r.err, &exit, "crictl %v", r.args)
 	}
-	return out.String(), err == nil
+	return r.out.String(), r.err == nil
 }
 
 // podConfig writes a crictl pod config (the sandbox metadata the kubelet
@@ -95,11 +128,18 @@ func crictlPull(t *testing.T, endpoint, ns, name, image string, who *tenant) (st
 // `crictl pull` with no ImageStatus before it.
 func crictlPullAlways(t *testing.T, endpoint, ns, name, image string, who *tenant) (string, bool) {
 	t.Helper()
+	return crictl(t, endpoint, pullArgs(t, ns, name, image, who)...)
+}
+
+// pullArgs are crictl's arguments for a pull of image by pod ns/name with
+// who's credentials (none if who is nil).
+func pullArgs(t *testing.T, ns, name, image string, who *tenant) []string {
+	t.Helper()
 	args := []string{"pull", "--pod-config", podConfig(t, ns, name)}
 	if who != nil {
 		args = append(args, "--creds", who.user+":"+who.password)
 	}
-	return crictl(t, endpoint, append(args, image)...)
+	return append(args, image)
 }
 
 // inspecti says whether `crictl inspecti IMAGE` finds the image through

@@ -128,7 +128,7 @@ func (h *harness) setup() error {
 	if err := os.MkdirAll(ctrDir, 0o755); err != nil {
 		return err
 	}
-	if h.containerd, err = startContainerd(ctrDir); err != nil {
+	if h.containerd, err = startContainerd(ctrDir, nil); err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
 	h.binary = filepath.Join(h.dir, "pullguard")

@@ -284,7 +284,7 @@ type containerd struct {
 	proc  *process
 }
 
-func startContainerd(dir string) (*containerd, error) {
+func startContainerd(dir string, log *logSink) (*containerd, error) {
 	c := &containerd{dir: dir, socket: filepath.Join(dir, "c.sock"), hosts: filepath.Join(dir, "certs.d")}
 	if err := os.MkdirAll(c.hosts, 0o755); err != nil {
 		return nil, err
@@ -307,11 +307,17 @@ state = %q
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
 	}
-	var err error
-	if c.log, err = newLogSink(filepath.Join(dir, "containerd.log")); err != nil {
-		return nil, err
+	// A restart writes on after the earlier process's lines: a failure's
+	// cause is often in them, and the leak scan reads them all.
+	c.log = log
+	if c.log == nil {
+		var err error
+		if c.log, err = newLogSink(filepath.Join(dir, "containerd.log")); err != nil {
+			return nil, err
+		}
 	}
 	mark := c.log.mark()
+	var err error
 	if c.proc, err = startProcess(c.log, "containerd", "--config", path); err != nil {
 		return nil, err
 	}

@@ -56,19 +56,20 @@ func TestServeRestarts(t *testing.T) {
 		restarted := false
 		t.Cleanup(func() {
 			if !restarted { // leave the suite a containerd, whatever happened
-				c, err := startContainerd(h.containerd.dir)
+				c, err := startContainerd(h.containerd.dir, h.containerd.log)
 				require.NoError(t, err)
 				h.containerd = c
 			}
 		})
-		_, ok := crictl(t, d.endpoint(), "inspecti", image)
+		out, ok := crictl(t, d.endpoint(), "inspecti", image)
 		assert.False(t, ok, "calls fail while containerd is down")
+		assert.Contains(t, out, "Unavailable", "because containerd is down")
 		select {
 		case <-d.proc.done:
 			t.Fatalf("the daemon exited when containerd went away:\n%s", d.log.all())
 		default:
 		}
-		c, err := startContainerd(h.containerd.dir)
+		c, err := startContainerd(h.containerd.dir, h.containerd.log)
 		require.NoError(t, err)
 		h.containerd, restarted = c, true
 		// The proxy's gRPC connection reconnects with its own back-off.
@@ -83,7 +84,7 @@ func TestServeRestarts(t *testing.T) {
 			time.Sleep(200 * time.Millisecond) // waiting on another process's reconnection, not on this test's timing
 		}
 		m := mark(t)
-		out, ok := crictlPull(t, d.endpoint(), "team-a", "app-3", image, alice)
+		out, ok = crictlPull(t, d.endpoint(), "team-a", "app-3", image, alice)
 		require.True(t, ok, out)
 		assert.Zero(t, registryRequests(t, m), "the records survived containerd's restart")
 		assert.False(t, inspecti(t, d.endpoint(), image), "and the protection holds")
@@ -103,24 +104,27 @@ func TestServeRestarts(t *testing.T) {
 		g := newGate(t)
 		tool := push(t, "s9r/team-a/tool", "v1", 912)
 		gated := strings.Replace(tool, host(), g.addr, 1)
-		done := make(chan bool, 1)
-		go func() {
-			_, ok := crictlPull(t, d.endpoint(), "team-a", "tool", gated, alice)
-			done <- ok
-		}()
+		// As the kubelet: ImageStatus says absent, then the pull, which
+		// runs while this goroutine waits for it to reach the blobs.
+		require.False(t, inspecti(t, d.endpoint(), gated), "a new image")
+		pull := startCrictl(t, d.endpoint(), pullArgs(t, "team-a", "tool", gated, alice)...)
 		select {
 		case <-g.blocked:
+		case <-pull.done:
+			out, _ := pull.result(t)
+			t.Fatalf("the pull ended before it reached the registry's blobs: %s", out)
 		case <-time.After(2 * time.Minute):
 			t.Fatal("the pull never reached the registry's blobs")
 		}
 		d.kill() // the intent is on disk, the record never will be
-		assert.False(t, <-done, "the client sees the pull fail")
+		out, ok := pull.result(t)
+		assert.False(t, ok, "the client sees the pull fail: %s", out)
 		g.open()
 		criPull(t, gated, alice) // what containerd stored of it (as in scenario 2)
 
 		d.start(t)
 		assert.False(t, inspecti(t, d.endpoint(), gated), "the interrupted pull's image needs verification")
-		out, ok := crictlPull(t, d.endpoint(), "team-b", "tool", gated, bob)
+		out, ok = crictlPull(t, d.endpoint(), "team-b", "tool", gated, bob)
 		assert.False(t, ok, out)
 		m := mark(t)
 		out, ok = crictlPull(t, d.endpoint(), "team-a", "tool-2", gated, alice)
