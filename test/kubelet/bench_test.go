@@ -544,7 +544,7 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 	seen := func(p *corev1.Pod) (bool, error) {
 		if !allRunning(p) {
 			if o, ok := containerOutcome(p); ok && o.state != "Running" {
-				if k := key(p.Namespace, p.Name); (o.state == "ErrImagePull" || o.state == "ImagePullBackOff") &&
+				if k := key(p.Namespace, p.Name); pullRefused(o) &&
 					(secretMisses[k] || c.startedWithoutSecret(p)) {
 					secretMisses[k] = true
 					return false, nil
@@ -649,19 +649,6 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 		lat = append(lat, at.Sub(created[k]))
 	}
 	return lat
-}
-
-// startedWithoutSecret reports whether the kubelet logged that it could
-// not get p's pull secret (its watch-based secret cache waits one second
-// for a sync).
-func (c *cluster) startedWithoutSecret(p *corev1.Pod) bool {
-	pod := fmt.Sprintf("pod=%q", p.Namespace+"/"+p.Name)
-	for _, l := range c.klOut.from(0) {
-		if strings.Contains(l, "Unable to retrieve pull secret") && strings.Contains(l, pod) {
-			return true
-		}
-	}
-	return false
 }
 
 // allRunning reports whether every container of p runs.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -81,6 +82,53 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 			assert.NoError(t, err)
 		}
 		t.Logf("events: %+v", evs)
+	})
+	w.step(t, "a pod whose pull secret is created after it runs when the kubelet retries", func(t *testing.T) {
+		// The kubelet pulls without a pull secret it cannot get, the
+		// registry refuses, and the kubelet tries again with it: the
+		// path of a secret cache that misses its sync, which running
+		// (behind every pod a test needs to run) waits through. The
+		// secret is created once the kubelet has said it could not get
+		// it, so the first pull is always without it.
+		p := pod(a.ns, "late-secret", img.app, ifNotPresent, noSecret)
+		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "late"}}
+		from, pos := w.mark(t), c.klOut.position()
+		wait, stop := context.WithCancel(ctx)
+		created := make(chan error, 1)
+		go func() {
+			if err := c.klOut.await(wait, pos, "Unable to retrieve pull secret"); err != nil {
+				created <- err
+				return
+			}
+			created <- c.pullSecret(wait, a, "late")
+		}()
+		o, missed, err := c.running(ctx, p)
+		stop()
+		createErr := <-created
+		require.NoError(t, err)
+		require.NoError(t, createErr)
+		assert.True(t, missed, "the first pull was made without the secret")
+		assert.Equal(t, "Running", o.state, o.message)
+		evs, err := c.awaitEvent(ctx, a.ns, "late-secret", "FailedToRetrieveImagePullSecret", "late")
+		assert.NoError(t, err)
+		t.Logf("events: %+v", evs)
+		tr := w.since(t, from, "team-a/app")
+		assert.Positive(t, tr.manifestDenied, "the pull without the secret reached the registry, which refused it")
+		assert.Zero(t, tr.manifestOK, "the secret's credential was answered from the record")
+		assert.Zero(t, tr.blobs, "no layer was downloaded")
+		if m.proxy {
+			// The listed difference: the presence check cannot show the
+			// new secret, so the kubelet pulls (after its image back-off,
+			// docs/decision-matrix.md); serve answers from the record.
+			_, err = c.awaitEvent(ctx, a.ns, "late-secret", "Pulled", "Successfully pulled image")
+			assert.NoError(t, err)
+		} else {
+			// The kubelet's gate sees the secret at the next sync: no
+			// pull, so no back-off.
+			_, err = c.awaitEvent(ctx, a.ns, "late-secret", "Pulled", "already present on machine and can be accessed by the pod")
+			assert.NoError(t, err)
+		}
+		require.NoError(t, c.remove(ctx, a.ns, "late-secret"))
 	})
 	w.step(t, "tenant A with Never and its secret", func(t *testing.T) {
 		p := pod(a.ns, "app-never", img.app, never, withSecret)

@@ -118,9 +118,13 @@ func (w *world) create(t *testing.T, p *corev1.Pod) {
 	require.NoError(t, err)
 }
 
-// runs creates the pod and requires its container to run.
+// runs creates the pod and requires its container to run (see running:
+// a pull the kubelet made without the pod's secret is not the answer).
 func (w *world) runs(t *testing.T, p *corev1.Pod) {
-	o, err := w.c.run(w.ctx, p)
+	o, missed, err := w.c.running(w.ctx, p)
+	if missed {
+		t.Logf("pod %s/%s: the kubelet pulled once without its secret (its secret cache missed its sync); waited for its retry", p.Namespace, p.Name)
+	}
 	require.NoError(t, err)
 	require.Equal(t, "Running", o.state, o.message)
 }
