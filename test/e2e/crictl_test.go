@@ -70,7 +70,7 @@ func startCrictl(t *testing.T, imageEndpoint string, args ...string) *crictlRun 
 	argv := append([]string{"--config", cfg, "--runtime-endpoint", h.containerd.endpoint(), "--image-endpoint", imageEndpoint, "--timeout", "120s"}, args...)
 	r := &crictlRun{args: args, cmd: exec.Command(crictlBinary(t), argv...), done: make(chan struct{})}
 	r.cmd.Stdout, r.cmd.Stderr = &r.out, &r.out
-	require.NoError(t, r.cmd.Start(), "crictl %v", args)
+	require.NoError(t, r.cmd.Start(), "crictl %v", redactCreds(args))
 	go func() { r.err = r.cmd.Wait(); close(r.done) }()
 	t.Cleanup(func() {
 		select {
@@ -93,7 +93,7 @@ func (r *crictlRun) result(t *testing.T) (string, bool) {
 	secretsMu.Unlock()
 	if r.err != nil {
 		var exit *exec.ExitError
-		require.ErrorAs(t, r.err, &exit, "crictl %v", r.args)
+		require.ErrorAs(t, r.err, &exit, "crictl %v", redactCreds(r.args))
 	}
 	return r.out.String(), r.err == nil
 }
@@ -129,6 +129,18 @@ func crictlPull(t *testing.T, endpoint, ns, name, image string, who *tenant) (st
 func crictlPullAlways(t *testing.T, endpoint, ns, name, image string, who *tenant) (string, bool) {
 	t.Helper()
 	return crictl(t, endpoint, pullArgs(t, ns, name, image, who)...)
+}
+
+// redactCreds is args with the value after --creds (USER:PASSWORD)
+// replaced, for a failure message.
+func redactCreds(args []string) []string {
+	out := append([]string(nil), args...)
+	for i := range out {
+		if out[i] == "--creds" && i+1 < len(out) {
+			out[i+1] = "<redacted>"
+		}
+	}
+	return out
 }
 
 // pullArgs are crictl's arguments for a pull of image by pod ns/name with

@@ -528,6 +528,7 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	key := func(ns, name string) string { return ns + "/" + name }
+	logFrom := c.klOut.position() // the kubelet's lines about these pods come after
 	created := make(map[string]time.Time, len(pods))
 	running := make(map[string]time.Time, len(pods))
 	var mu sync.Mutex
@@ -545,7 +546,7 @@ func (c *cluster) startAll(t *testing.T, ctx context.Context, phase string, pods
 		if !allRunning(p) {
 			if o, ok := containerOutcome(p); ok && o.state != "Running" {
 				if k := key(p.Namespace, p.Name); pullRefused(o) &&
-					(secretMisses[k] || c.startedWithoutSecret(p)) {
+					(secretMisses[k] || c.startedWithoutSecret(p, logFrom)) {
 					secretMisses[k] = true
 					return false, nil
 				}
