@@ -17,9 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // logSink keeps a process's output, line by line, and wakes waiters when a
@@ -105,10 +103,10 @@ func startProcess(log *logSink, name string, args ...string) (*process, error) {
 }
 
 // startProcessEnv is startProcess with env added to the test's own
-// environment (nil: the test's environment as it is).
+// environment (none: the test's environment as it is).
 func startProcessEnv(log *logSink, env []string, name string, args ...string) (*process, error) {
 	cmd := exec.Command(name, args...)
-	if env != nil {
+	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -331,22 +329,20 @@ state = %q
 	return c, nil
 }
 
-// waitCRI blocks until containerd's CRI plugin answers ListImages.
-// containerd logs "successfully booted" before the plugin has finished
-// its own start, and until then every CRI call fails with "server is not
-// initialized yet": a test that called at once would see that error
-// instead of the runtime's answer.
+// waitCRI blocks until containerd's CRI plugin answers: criruntime.NewRemote
+// returns only once an ImageFsInfo call succeeds. containerd logs
+// "successfully booted" before the plugin has finished its own start, and
+// until then every CRI call fails with "server is not initialized yet": a
+// test that called at once would see that error instead of the runtime's
+// answer.
 func (c *containerd) waitCRI(timeout time.Duration) error {
-	conn, err := grpc.NewClient(c.endpoint(), grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithAuthority("localhost"))
-	if err != nil {
-		return fmt.Errorf("containerd's CRI at %s: %w", c.socket, err)
-	}
-	defer conn.Close()
-	images := runtimeapi.NewImageServiceClient(conn)
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err = images.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+		svc, err := criruntime.NewRemote(ctx, c.endpoint(), 5*time.Second)
+		if err == nil {
+			_ = svc.Close(ctx)
+		}
 		cancel()
 		if err == nil {
 			return nil

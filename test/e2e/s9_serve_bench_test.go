@@ -274,13 +274,8 @@ func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
 // proxyEnv is what the suite adds to the environment of every serve it
 // starts and of the null proxy, from PULLGUARD_BENCH_PROXY_ENV (NAME=VALUE
 // words, e.g. "GOMAXPROCS=1", for the hop's benchmarks: docs/benchmarks.md,
-// "The hop"); nil when unset, as in CI.
-func proxyEnv() []string {
-	if env := strings.Fields(os.Getenv("PULLGUARD_BENCH_PROXY_ENV")); len(env) > 0 {
-		return env
-	}
-	return nil
-}
+// "The hop"); none when unset, as in CI.
+func proxyEnv() []string { return strings.Fields(os.Getenv("PULLGUARD_BENCH_PROXY_ENV")) }
 
 var (
 	nullOnce   sync.Once

@@ -76,7 +76,7 @@ func TestServeRestarts(t *testing.T) {
 		deadline := time.Now().Add(2 * time.Minute)
 		for {
 			out, _ := crictl(t, d.endpoint(), "inspecti", image)
-			if !strings.Contains(out, "Unavailable") && !strings.Contains(out, "not initialized") {
+			if !strings.Contains(out, "Unavailable") {
 				break
 			} else if time.Now().After(deadline) {
 				t.Fatalf("the proxy did not reconnect to containerd: %s", out)

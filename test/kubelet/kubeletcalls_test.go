@@ -173,10 +173,7 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	require.True(t, mounts, "containerd %s does not mount image volumes (2.1 and later do)", version)
 
 	from := w.mark(t)
-	o, missed, err := c.running(ctx, withImageVolume(pod(a.ns, "vol-1", img.agent, never, withSecret), img.data, ifNotPresent))
-	if missed {
-		t.Log("pod vol-1: the kubelet pulled once without its secret (its secret cache missed its sync); waited for its retry")
-	}
+	o, err := w.running(t, withImageVolume(pod(a.ns, "vol-1", img.agent, never, withSecret), img.data, ifNotPresent))
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.remove(ctx, a.ns, "vol-1")) }()
 	require.Equal(t, "Running", o.state, o.message)

@@ -87,7 +87,7 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		// The kubelet pulls without a pull secret it cannot get, the
 		// registry refuses, and the kubelet tries again with it: the
 		// path of a secret cache that misses its sync, which running
-		// (behind every pod a test needs to run) waits through. The
+		// (behind runs and the image-volume pod) waits through. The
 		// secret is created once the kubelet has said it could not get
 		// it, so the first pull is always without it.
 		p := pod(a.ns, "late-secret", img.app, ifNotPresent, noSecret)

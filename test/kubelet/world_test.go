@@ -118,15 +118,21 @@ func (w *world) create(t *testing.T, p *corev1.Pod) {
 	require.NoError(t, err)
 }
 
-// runs creates the pod and requires its container to run (see running:
-// a pull the kubelet made without the pod's secret is not the answer).
+// runs creates the pod and requires its container to run.
 func (w *world) runs(t *testing.T, p *corev1.Pod) {
+	o, err := w.running(t, p)
+	require.NoError(t, err)
+	require.Equal(t, "Running", o.state, o.message)
+}
+
+// running is cluster.running (a pull the kubelet made without the pod's
+// secret is not the answer), with such a pull said in the test's log.
+func (w *world) running(t *testing.T, p *corev1.Pod) (outcome, error) {
 	o, missed, err := w.c.running(w.ctx, p)
 	if missed {
 		t.Logf("pod %s/%s: the kubelet pulled once without its secret (its secret cache missed its sync); waited for its retry", p.Namespace, p.Name)
 	}
-	require.NoError(t, err)
-	require.Equal(t, "Running", o.state, o.message)
+	return o, err
 }
 
 // refused creates a pod that has no access to repo and checks that the
