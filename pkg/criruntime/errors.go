@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	remoteerrors "github.com/containerd/containerd/v2/core/remotes/errors"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -61,28 +62,35 @@ func StatusCode(err error) int {
 	return 0
 }
 
-// registryFailure turns an error from go-containerregistry into one that
-// states the registry's answer ("401 Unauthorized") and holds no secret from
-// auth. Context errors pass through unchanged so errors.Is(err,
+// registryFailure turns an error from go-containerregistry, or from
+// containerd's registry library (a token realm that refused the credential),
+// into one that states the registry's answer ("401 Unauthorized") and holds
+// no secret from auth. Context errors pass through unchanged so errors.Is(err,
 // context.Canceled) keeps working.
 func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	if err == nil {
 		return nil
 	}
+	code := 0
 	var te *transport.Error
-	if !errors.As(err, &te) {
-		if isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest) {
-			return err // context errors and this package's own errors carry no secret
-		}
+	var ue remoteerrors.ErrUnexpectedStatus // containerd's authorizer: a token realm's answer
+	switch {
+	case errors.As(err, &te):
+		code = te.StatusCode
+	case errors.As(err, &ue):
+		code = ue.StatusCode
+	case isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest):
+		return err // context errors and this package's own errors carry no secret
+	default:
 		return &registryError{msg: RedactAuth(err.Error(), auth)}
 	}
 	msg := RedactAuth(err.Error(), auth)
-	status := fmt.Sprintf("%d %s", te.StatusCode, http.StatusText(te.StatusCode))
+	status := fmt.Sprintf("%d %s", code, http.StatusText(code))
 	if !strings.Contains(msg, status) {
 		msg = status + ": " + msg
 	}
-	re := &registryError{status: te.StatusCode, msg: msg}
-	switch te.StatusCode {
+	re := &registryError{status: code, msg: msg}
+	switch code {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		re.kind = ErrUnauthorized
 	case http.StatusNotFound:

@@ -153,6 +153,18 @@ func TestVerifyManifestThroughContainerdHosts(t *testing.T) {
 			wantUpstream: []string{"GET " + manifests + "v1 401", "GET " + manifests + "v1 200"},
 		},
 		{
+			// As containerd's resolver answers a pull through these hosts:
+			// the failure that got furthest, a host's answer over a host
+			// that cannot be reached.
+			name:         "the mirror refuses, the upstream cannot be reached: the mirror's refusal is the answer",
+			hosts:        "server = \"http://127.0.0.1:1\"\n[host.\"https://%[2]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  ca = %[3]q\n",
+			image:        func(*mirrored) string { return "registry.example/team-a/app:v1" },
+			password:     "alice-pw",
+			wantErr:      criruntime.ErrUnauthorized,
+			wantMirror:   []string{"GET " + manifests + "v1 401", "GET " + manifests + "v1 401"},
+			wantUpstream: []string{},
+		},
+		{
 			name:         "a mirror whose CA is not configured is not trusted: the upstream decides",
 			mirrorKnows:  true,
 			hosts:        "server = \"http://%[1]s\"\n[host.\"https://%[2]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n",

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -118,6 +121,29 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 	if len(errs) == 0 {
 		return fail(fmt.Errorf("no host of %s is configured to serve %s", host, object))
 	}
-	// The most telling failure: the upstream's, the last host tried.
-	return fail(errs[len(errs)-1])
+	return fail(mostRelevant(errs))
+}
+
+// mostRelevant is the failure of a verification that every host failed,
+// chosen as containerd's resolver chooses the error of a pull: the one
+// that got furthest, a host's answer (401, 403, 5xx) over a 404 over a
+// host that could not be reached or authorized; the first of those. So a
+// mirror's refusal is the answer, not an upstream that does not resolve,
+// as for containerd's pull through the same hosts.
+func mostRelevant(errs []error) error {
+	best, rank := errs[0], -1
+	for _, err := range errs {
+		r := 1
+		var te *transport.Error
+		if errors.As(err, &te) {
+			r = 3
+			if te.StatusCode == http.StatusNotFound {
+				r = 2
+			}
+		}
+		if r > rank {
+			best, rank = err, r
+		}
+	}
+	return best
 }
