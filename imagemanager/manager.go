@@ -211,10 +211,9 @@ func (m *Manager) EnsureImageExists(ctx context.Context, req Request) (Result, e
 		msg := m.event(req, corev1.EventTypeWarning, ReasonErrImageNeverPull, "Container image %q is not present with pull policy of Never", image)
 		return Result{Message: msg, Decision: d}, ErrImageNeverPull
 	default:
-		// A present image this pod may not use yet (not an Always
-		// pull): the registry's answer for it may stand for the pull.
-		hidden := ref != "" && req.PullPolicy != corev1.PullAlways
-		res, err := m.pull(ctx, req, image, c, hidden)
+		// The guarded pull asks the registry for a present image's
+		// manifest first: its answer may stand for the pull.
+		res, err := m.pull(ctx, req, image, c)
 		res.Decision = d
 		return res, err
 	}

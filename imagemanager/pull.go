@@ -18,10 +18,9 @@ import (
 var errQPSExceeded = errors.New("pull QPS exceeded")
 
 // pull pulls image with the pod's credentials, in order, within a pull
-// slot, through the guarded pull (intent, verification, record); hidden
-// says image is present and this pod may not use it yet
-// (guardedpull.Request.Hidden).
-func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCredentials, hidden bool) (Result, error) {
+// slot, through the guarded pull (intent, verification, record; a present
+// image is checked with the registry before the runtime is asked).
+func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCredentials) (Result, error) {
 	key := backOffKey(req.Pod, image)
 	if m.backoff.IsInBackOffSinceUpdate(key, m.clock.Now()) {
 		msg := m.event(req, corev1.EventTypeNormal, ReasonBackOff, "Back-off pulling image %q", image)
@@ -33,13 +32,13 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 	m.event(req, corev1.EventTypeNormal, ReasonPulling, "Pulling image %q", image)
 
 	start := m.clock.Now()
-	res, waited, err := m.pullInSlot(ctx, req, image, creds, hidden)
+	res, waited, err := m.pullInSlot(ctx, req, image, creds)
 	pullDuration.WithLabelValues(resultLabel(err)).Observe(m.clock.Since(start).Seconds())
 	if err != nil {
 		m.backoff.Next(key, m.clock.Now())
 		m.prevErr.store(key, ErrImagePull, err)
 		msg := m.event(req, corev1.EventTypeWarning, ReasonFailed, "Failed to pull image %q: %v", image, err)
-		return Result{Pulled: res.Attempted, Message: msg}, ErrImagePull
+		return Result{Pulled: res.Contacted, Message: msg}, ErrImagePull
 	}
 	m.backoff.Reset(key)
 	m.logger.V(2).Info("Pulled image", "pod", podRef(req.Pod), "image", image, "imageRef", res.ID, "credential", res.Credential.Source.String())
@@ -57,7 +56,7 @@ func (m *Manager) pull(ctx context.Context, req Request, image string, c *podCre
 // pullInSlot waits for a pull slot, then pulls with each credential in
 // order (one anonymous attempt when there are none), each attempt within
 // the registry QPS. It returns how long it waited for the slot.
-func (m *Manager) pullInSlot(ctx context.Context, req Request, image string, creds []credential.Credential, hidden bool) (guardedpull.Result, time.Duration, error) {
+func (m *Manager) pullInSlot(ctx context.Context, req Request, image string, creds []credential.Credential) (guardedpull.Result, time.Duration, error) {
 	begin := m.clock.Now()
 	release, err := m.acquire(ctx)
 	if err != nil {
@@ -71,7 +70,7 @@ func (m *Manager) pullInSlot(ctx context.Context, req Request, image string, cre
 		attempts[i] = guardedpull.Attempt{Credential: c}
 	}
 	res, err := m.puller.Pull(klog.NewContext(ctx, m.logger.WithValues("pod", podRef(req.Pod))), guardedpull.Request{
-		Spec: &runtimeapi.ImageSpec{Image: image}, Sandbox: req.SandboxConfig, Attempts: attempts, Admit: m.admit, Hidden: hidden,
+		Spec: &runtimeapi.ImageSpec{Image: image}, Sandbox: req.SandboxConfig, Attempts: attempts, Admit: m.admit,
 	})
 	return res, waited, err
 }

@@ -88,6 +88,8 @@ type Case struct {
 	// Lying makes the registry serve other bytes than those the runtime
 	// resolved.
 	Lying bool
+	// Refusing makes the registry refuse every credential (401).
+	Refusing bool
 
 	Want Class
 	// Says are texts the caller's message must hold.
@@ -111,7 +113,8 @@ var Cases = []Case{
 	{Name: "deadline passed after the runtime stored the image", Runtime: StoreThenDeadline, Want: DeadlineExceeded, Record: Unknown},
 	{Name: "the runtime failed after it stored the image", Runtime: StoreThenFail, Want: Failed, Says: []string{"database is locked"}, Record: Unknown},
 	{Name: "cancelled before the runtime stored anything", Runtime: CancelBeforeStore, Want: Canceled},
-	{Name: "cancelled pull of a preloaded image it left as it was", Preloaded: true, Runtime: CancelBeforeStore, Want: Canceled, Free: true},
+	{Name: "cancelled pull of a preloaded image whose tag moved, which it left as it was", Preloaded: true, Lying: true, Runtime: CancelBeforeStore, Want: Canceled, Free: true},
+	{Name: "an Always pull of a present image the registry serves: no runtime pull", Preloaded: true, Runtime: Refuse, Want: Pulled, Record: Credential, Answered: true},
 	{Name: "a lying registry", Runtime: Store, Lying: true, Want: Unverified, Says: []string{"digest mismatch", Image}, Intents: 1},
 	{Name: "an error that echoes the credential", Runtime: Echo, Want: Failed, Says: []string{"401 Unauthorized", leak.Placeholder}},
 	{Name: "a hidden present image the registry serves: no runtime pull", Hidden: true, Runtime: Refuse, Want: Pulled, Record: Credential, Answered: true},
@@ -119,6 +122,10 @@ var Cases = []Case{
 		Want: Unverified, Says: []string{"digest mismatch", Image}, Record: Unknown, Intents: 1},
 	{Name: "a hidden present image the runtime fails to pull after the registry served other bytes", Hidden: true, Runtime: Refuse, Lying: true,
 		Want: Failed, Says: []string{"401 Unauthorized"}, Record: Unknown},
+	{Name: "a hidden present image the registry refuses: its answer, no runtime pull", Hidden: true, Runtime: Store, Refusing: true,
+		Want: Failed, Says: []string{"401 Unauthorized", Image}, Record: Unknown, Answered: true},
+	{Name: "an Always pull of a present image the registry refuses: its answer, no runtime pull", Preloaded: true, Runtime: Store, Refusing: true,
+		Want: Failed, Says: []string{"401 Unauthorized", Image}, Free: true, Answered: true},
 }
 
 // Run runs every case of Cases against the front end fe builds.
@@ -139,7 +146,7 @@ func Run(t *testing.T, fe FrontEnd) {
 				require.True(t, ok, "the tracker imports pulls")
 				require.NoError(t, imp.Import([]credtracker.ImportedPull{{Image: Image, ImageRef: ID}}, nil, ""))
 			}
-			pull := fe(t, Env{Runtime: rt, Tracker: tr, Verifier: registry{lying: tc.Lying}, IfNotPresent: tc.Hidden})
+			pull := fe(t, Env{Runtime: rt, Tracker: tr, Verifier: registry{lying: tc.Lying, refusing: tc.Refusing}, IfNotPresent: tc.Hidden})
 
 			out := pull(ctx)
 

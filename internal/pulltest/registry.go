@@ -10,20 +10,23 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
 // registry is a guardedpull.Verifier over a model registry that serves
 // Image's manifest to User: honest, or lying (it serves other bytes than
 // those whose digest the runtime resolved, and its error echoes the
-// Authorization header it was sent).
-type registry struct{ lying bool }
+// Authorization header it was sent), or refusing every credential. A
+// refusal wraps criruntime.ErrUnauthorized, as criruntime.VerifyManifest's
+// does.
+type registry struct{ lying, refusing bool }
 
 var _ guardedpull.Verifier = registry{}
 
 func (r registry) VerifyManifest(_ context.Context, image string, auth *runtimeapi.AuthConfig, expected []string) (string, error) {
-	if auth.GetUsername() != User || auth.GetPassword() != Password {
-		return "", fmt.Errorf("failed to verify the manifest of %q: 401 Unauthorized", image)
+	if r.refusing || auth.GetUsername() != User || auth.GetPassword() != Password {
+		return "", fmt.Errorf("failed to verify the manifest of %q: %w: 401 Unauthorized", image, criruntime.ErrUnauthorized)
 	}
 	served := manifest
 	if r.lying {

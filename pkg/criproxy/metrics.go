@@ -39,7 +39,7 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "decisions_total",
-		Help:           "Decisions by method, outcome (ImageStatus: present, proven, lookup, hidden; PullImage: answered, verified, forwarded, unverified, failed) and the tracker's reason.",
+		Help:           "Decisions by method, outcome (ImageStatus: present, proven, lookup, hidden; PullImage: answered, verified, forwarded, refused, timeout, unverified, failed) and the tracker's reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"method", "outcome", "reason"})
 	panicsTotal = metrics.NewCounter(&metrics.CounterOpts{

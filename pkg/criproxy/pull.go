@@ -27,26 +27,32 @@ import (
 // podCalls and DefaultAnswerWindow). Any other request (an anonymous one
 // included) is forwarded through the guarded pull (package guardedpull,
 // the image manager's too): a durable pull intent first (if it cannot be
-// written, nothing is pulled: Unavailable), then, for a pull that follows
-// its pod's presence check of a present image, the registry is asked for
-// that image's manifest with the pull's credential, and bytes of its
-// digest are the pull's proof: recorded and answered with the present
-// image's ID, without the backend's pull (guardedpull.Request.Hidden);
-// otherwise the backend's pull, which for a present image fetches only
-// the manifest, so the registry decides.
-// With WithManifestVerification, a success must then pass the check that
-// the registry served the manifest bytes the backend resolved ("no digest
-// without bytes"): a failure is PermissionDenied, records nothing and
-// leaves the intent unresolved, so that the name needs verification. A
-// success is recorded: an anonymous pull, or one with a node credential
-// (WithNodeKeyring), makes the image node-accessible under this name, a
-// pull with any other credential records its keyed hash (see
-// recordSource). A failure returns the backend's error with its code and
-// without the credential (the registry's 401 reaches the pod's events); if
-// the backend stored an image under the name although the pull failed or
-// the kubelet gave up on it, the name is recorded as pulled with no known
-// credential (every pod verifies). A success, answered or forwarded, is
-// the pod's proof for its later presence checks of the image.
+// written, nothing is pulled: Unavailable), then, for an image present
+// under the name (the IfNotPresent path, or an Always pull of a present
+// image), the registry is asked for that image's manifest with the pull's
+// credential: bytes of its digest are the pull's proof, recorded and
+// answered with the present image's ID, without the backend's pull; a
+// refusal (401, 403; 404) is the pull's answer (Unknown, NotFound, as
+// containerd answers them), without the backend's pull, which would be refused the same;
+// other bytes (a moved tag) go to the backend's pull, which for a present
+// image fetches only the manifest. An absent image goes to the backend's
+// pull. With WithManifestVerification, a success must then pass the check
+// that the registry served the manifest bytes the backend resolved ("no
+// digest without bytes"): a failure is PermissionDenied, records nothing
+// and leaves the intent unresolved, so that the name needs verification.
+// serve's own requests to the registry for one pull share one time limit
+// (WithVerificationTimeout): past it the pull fails with DeadlineExceeded,
+// naming the registry, so that a stalling registry never holds one of the
+// kubelet's pull slots longer. A success is recorded: an anonymous pull,
+// or one with a node credential (WithNodeKeyring), makes the image
+// node-accessible under this name, a pull with any other credential
+// records its keyed hash (see recordSource). A failure returns the
+// backend's error with its code and without the credential (the
+// registry's 401 reaches the pod's events); if the backend stored an
+// image under the name although the pull failed or the kubelet gave up on
+// it, the name is recorded as pulled with no known credential (every pod
+// verifies). A success, answered or forwarded, is the pod's proof for its
+// later presence checks of the image.
 func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
 	defer observe("PullImage", time.Now())
 	spec := req.GetImage()
@@ -96,13 +102,28 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	}
 	res, err := s.puller.Pull(klog.NewContext(ctx, podLogger), guardedpull.Request{
 		Spec: spec, Sandbox: req.GetSandboxConfig(), Attempts: []guardedpull.Attempt{{Auth: req.GetAuth(), Credential: rec}},
-		Hidden: hidden,
 	})
 	switch {
 	case errors.Is(err, guardedpull.ErrNoIntent):
 		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
 		countDecision("PullImage", "failed", 0)
 		return nil, status.Errorf(codes.Unavailable, "pullguard could not record the pull of %q before pulling; not pulling", image)
+	case errors.Is(err, guardedpull.ErrRefused):
+		// The registry's own answer to serve's manifest GET, given for
+		// the runtime's pull, which it would refuse the same. The error
+		// holds no credential.
+		countDecision("PullImage", "refused", 0)
+		code := codes.Unknown // as containerd answers a pull the registry refused
+		if errors.Is(err, criruntime.ErrNotFound) {
+			code = codes.NotFound
+		}
+		return nil, status.Errorf(code, "failed to pull image %q: %v", image, err)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// serve's own verification ran out of time (the kubelet's pull
+		// has no deadline of its own): a registry that stalls gets its
+		// pod this error, never a held pull slot.
+		countDecision("PullImage", "timeout", 0)
+		return nil, status.Errorf(codes.DeadlineExceeded, "failed to pull image %q: %v", image, err)
 	case errors.Is(err, guardedpull.ErrUnverified):
 		// The backend may now hold the name for content the registry
 		// never served: nothing is recorded and the name requires

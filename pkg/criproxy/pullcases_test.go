@@ -47,6 +47,7 @@ func TestPullCases(t *testing.T) {
 var pullClass = map[codes.Code]pulltest.Class{
 	codes.OK:               pulltest.Pulled,
 	codes.Unknown:          pulltest.Failed,
+	codes.NotFound:         pulltest.Failed,
 	codes.PermissionDenied: pulltest.Unverified,
 	codes.Canceled:         pulltest.Canceled,
 	codes.DeadlineExceeded: pulltest.DeadlineExceeded,

@@ -54,8 +54,9 @@ type Server struct {
 
 	// verifier checks a forwarded pull the backend reported done (nil: no
 	// check; see WithManifestVerification).
-	verifier guardedpull.Verifier
-	puller   *guardedpull.Puller
+	verifier      guardedpull.Verifier
+	verifyTimeout time.Duration
+	puller        *guardedpull.Puller
 
 	// node gives the node's own credentials (nil: none known; see
 	// WithNodeKeyring); nodeFailing is set while its look-ups fail.
@@ -107,6 +108,21 @@ func WithManifestVerification(v guardedpull.Verifier) Option {
 	return func(s *Server) { s.verifier = v }
 }
 
+// DefaultVerificationTimeout is how long, at most, serve's own requests to
+// the registry for one PullImage may take, all of them together (the
+// present image's check, the check after the backend's pull): well under
+// the kubelet's runtimeRequestTimeout (2 minutes), and past it the pull
+// fails with DeadlineExceeded.
+const DefaultVerificationTimeout = 30 * time.Second
+
+// WithVerificationTimeout bounds serve's own requests to the registry for
+// one PullImage, all of them together (default DefaultVerificationTimeout;
+// see guardedpull.WithVerifyTimeout): the kubelet's PullImage has no
+// deadline, and holds one of its pull slots while it waits.
+func WithVerificationTimeout(d time.Duration) Option {
+	return func(s *Server) { s.verifyTimeout = d }
+}
+
 // New returns a proxy that forwards to backend and decides with tracker.
 // hasher must be the tracker's (credtracker.Enabled.Hasher); with the gate
 // off, pass credtracker.Disabled() and any hasher: nothing is recorded.
@@ -114,7 +130,8 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	if backend == nil || tracker == nil || hasher == nil {
 		return nil, errors.New("criproxy: backend, tracker and hasher are required")
 	}
-	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval, window: DefaultAnswerWindow}
+	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval, window: DefaultAnswerWindow,
+		verifyTimeout: DefaultVerificationTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -130,7 +147,7 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	s.calls.onCollision = func() {
 		s.logger.Info("WARNING: two pods' image calls carry the same kubernetes.io/config.source and kubernetes.io/config.seen (pulls of different sandboxes); or a pull carries them without a sandbox UID; presence checks with them are no longer answered from a pull")
 	}
-	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithLogger(s.logger))
+	puller, err := guardedpull.New(backend, tracker, guardedpull.WithVerifier(s.verifier), guardedpull.WithVerifyTimeout(s.verifyTimeout), guardedpull.WithLogger(s.logger))
 	if err != nil {
 		return nil, fmt.Errorf("criproxy: %w", err)
 	}

@@ -38,6 +38,14 @@ import (
 type claimTrustingBackend struct {
 	mu     sync.Mutex
 	images map[string]*runtimeapi.Image // by ID
+	pulls  int                          // PullImage calls
+}
+
+// pulled is how many times PullImage was called.
+func (b *claimTrustingBackend) pulled() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.pulls
 }
 
 var _ criapi.ImageManagerService = (*claimTrustingBackend)(nil)
@@ -73,6 +81,9 @@ func (b *claimTrustingBackend) ListImages(context.Context, *runtimeapi.ImageFilt
 }
 
 func (b *claimTrustingBackend) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
+	b.mu.Lock()
+	b.pulls++
+	b.mu.Unlock()
 	ref, err := name.ParseReference(spec.GetImage(), name.Insecure)
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "bad image %q", spec.GetImage())
@@ -271,10 +282,17 @@ func TestPullOfAClaimedDigestIsRefused(t *testing.T) {
 					e.assertHidden(t, evil)
 
 					// Another tenant's anonymous pod is refused too, by
-					// the registry's bytes again.
+					// the registry's bytes again: a registry that serves
+					// none refuses the present image's manifest (404),
+					// and the runtime is not asked; other bytes go to
+					// the runtime's pull, whose check refuses them.
 					before := manifestGETs(liar.Requests())
 					_, err = e.pull(t, "team-c", evil, nil)
-					assert.Equal(t, codes.PermissionDenied, status.Code(err), err)
+					wantCode := codes.PermissionDenied
+					if mode == hostile.NoBytes {
+						wantCode = codes.NotFound
+					}
+					assert.Equal(t, wantCode, status.Code(err), err)
 					assert.Greater(t, manifestGETs(liar.Requests()), before)
 
 					e.restart(t)
@@ -340,9 +358,16 @@ func TestLegitimatePullIsVerified(t *testing.T) {
 	assert.Equal(t, before, len(e.reg.Requests()), "answered from the record")
 	assert.False(t, e.present(t, e.pushed.Reference), "still hidden from pods with nothing to show")
 
+	// bob: the registry refuses serve's GET of the present image's
+	// manifest, and that is the pull's answer, without the backend's pull
+	// (the registry would refuse its HEAD the same).
+	pulls := e.backend.pulled()
 	_, err = e.pull(t, "team-b", e.pushed.Reference, basic("bob"))
 	require.Error(t, err)
-	assert.NotEqual(t, codes.PermissionDenied, status.Code(err), "the registry refused bob at the backend's HEAD: %v", err)
+	assert.Equal(t, codes.Unknown, status.Code(err), "the registry's refusal, as containerd gives it: %v", err)
+	assert.Contains(t, status.Convert(err).Message(), "401 Unauthorized")
+	assert.NotContains(t, status.Convert(err).Message(), "did not serve the manifest", "the registry's answer, not the check's")
+	assert.Equal(t, pulls, e.backend.pulled(), "the backend was not asked to pull")
 }
 
 // namingBackend reports every pull done and names the image it was given,

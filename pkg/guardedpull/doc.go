@@ -16,11 +16,15 @@
 // order, checks a pull the runtime reports done with the Verifier ("no
 // digest without bytes": the registry must serve, to the same credential,
 // the manifest the runtime resolved), and then resolves the intent exactly
-// once. For an image the runtime already holds under the name that the
-// caller's presence check hid from the pull's credentials (Request.Hidden),
-// the Verifier is asked first for that present image's manifest: served to
-// a credential, it is the proof a pull would end with, and the runtime is
-// not asked to pull at all. The intent is resolved as follows:
+// once. For an image the runtime already holds under the name (an
+// IfNotPresent pull the caller's presence check hid from the pod, an Always
+// pull of a present image), the Verifier is asked first for that present
+// image's manifest: served to a credential, it is the proof a pull would end
+// with, and the runtime is not asked to pull at all; refused, the attempt
+// ends with the registry's answer, without the runtime's pull, which would
+// be refused the same (see Puller.Pull). The Verifier's calls of one Pull
+// share one time bound (WithVerifyTimeout). The intent is resolved as
+// follows:
 //
 //   - a verified pull is recorded under the image ID the runtime reports,
 //     with the credential that pulled it;
@@ -35,5 +39,5 @@
 //
 // Errors hold no form of any candidate credential (a runtime's error may
 // quote what a registry echoed) and keep what callers branch on: ErrNoIntent,
-// ErrUnverified, the context's errors and a gRPC status code.
+// ErrUnverified, ErrRefused, the context's errors and a gRPC status code.
 package guardedpull

@@ -21,10 +21,16 @@ var (
 	// reported nothing to check). Nothing was recorded and the intent
 	// stays unresolved.
 	ErrUnverified = errors.New("pull not verified")
+	// ErrRefused: before the runtime was asked, the registry refused the
+	// attempt's credential the manifest of the image present under the
+	// name (401, 403), or does not know it (404): the runtime's pull would
+	// have been refused the same, so it was not asked. The error says
+	// which (it wraps pkg/criruntime's ErrUnauthorized or ErrNotFound).
+	ErrRefused = errors.New("the registry refused the pull")
 )
 
 // classes are what a redacted error still answers errors.Is for.
-var classes = []error{ErrUnverified, context.Canceled, context.DeadlineExceeded}
+var classes = []error{ErrUnverified, ErrRefused, criruntime.ErrUnauthorized, criruntime.ErrNotFound, context.Canceled, context.DeadlineExceeded}
 
 // redactedError is an error whose text had a credential removed. It keeps
 // the classes callers branch on and the gRPC code, never the original

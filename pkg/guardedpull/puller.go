@@ -32,7 +32,10 @@ type Puller struct {
 	images   ImageService
 	tracker  credtracker.Recorder
 	verifier Verifier
-	logger   klog.Logger
+	// verifyTimeout bounds the time one Pull spends in the Verifier, all
+	// its calls together (0: no bound of the Puller's own).
+	verifyTimeout time.Duration
+	logger        klog.Logger
 }
 
 // Option sets an optional dependency of New.
@@ -44,6 +47,14 @@ type Option func(*Puller)
 // Without it, a pull the runtime reports done is accepted as it is
 // (pullguard's embedded runtime hashes every manifest itself).
 func WithVerifier(v Verifier) Option { return func(p *Puller) { p.verifier = v } }
+
+// WithVerifyTimeout bounds the time one Pull spends asking the Verifier,
+// all its calls together (the present image's check and the check after
+// the runtime's pull): a registry that stalls the Verifier adds at most d
+// to a pull, and the pull then ends with an error wrapping
+// context.DeadlineExceeded. 0 (the default) sets no bound of the Puller's
+// own; the Verifier's may still apply.
+func WithVerifyTimeout(d time.Duration) Option { return func(p *Puller) { p.verifyTimeout = d } }
 
 // WithLogger sets the logger used when the context carries none.
 func WithLogger(l klog.Logger) Option { return func(p *Puller) { p.logger = l } }
@@ -76,19 +87,9 @@ type Request struct {
 	Attempts []Attempt
 	// Admit, if set, is asked before each attempt; an error ends the pull
 	// with it before that attempt reaches the runtime (the kubelet's
-	// registry QPS). A Hidden request's check of the present image is
+	// registry QPS). The check of a present image (see Puller.Pull) is
 	// made after the first attempt's Admit.
 	Admit func() error
-	// Hidden says the caller pulls an image its presence check found but
-	// may not give this pull's credentials yet (the kubelet's IfNotPresent
-	// path for an image the records do not grant them), not a pull that
-	// must ask the runtime (an Always pull). With a Verifier, before the
-	// runtime is asked, the registry is asked to serve the present
-	// image's manifest to each attempt's credential in order (see
-	// Puller.Pull): bytes that hash to the present image's repo digest in
-	// the pulled repository prove access, and the pull is answered with
-	// the present image, without the runtime.
-	Hidden bool
 }
 
 // Attempt is one credential to pull with.
@@ -116,26 +117,41 @@ type Result struct {
 	// Credential is the credential of the attempt that succeeded.
 	Credential credential.Credential
 	// Attempted is set when the runtime was asked to pull; it is not
-	// when the present image's verification stood for the pull.
+	// when the present image's verification stood for the pull, or its
+	// refusal was the answer.
 	Attempted bool
+	// Contacted is set when the registry was asked: by the Verifier (the
+	// present image's check) or through the runtime's pull.
+	Contacted bool
 }
 
-// Pull pulls req's image, guarded as the package doc says. For a Hidden
-// request whose image the runtime holds under the name, the Verifier is
-// first asked, with each attempt's credential in order, for the manifest
-// of the present image (the digests of its RepoDigests in the pulled
-// repository, as after a pull): served, it is the proof a pull would end
-// with, and the present image is the result (its ID as Ref, as the
-// runtime's pull of an unchanged tag answers), recorded with that
-// credential, at the registry cost of one authenticated manifest GET and
-// no runtime pull. Anything else (other bytes: the tag moved; a refusal;
-// an error) goes to the runtime's pull, verified as any pull; when the
-// runtime resolved the name to the very digest of the other bytes the
-// registry served to the same credential just before, those bytes are
-// that pull's proof and the registry is not asked again. Its error
-// wraps ErrNoIntent (nothing was pulled) or ErrUnverified, or is the
-// runtime's (the attempts' errors aggregated, each with every candidate
-// credential removed).
+// Pull pulls req's image, guarded as the package doc says. When the
+// runtime already holds an image under the name (an IfNotPresent pull of
+// an image the caller's presence check hid from this pod, or an Always
+// pull of a present image), the Verifier is first asked, with each
+// attempt's credential in order, for the manifest of that present image
+// (the digests of its RepoDigests in the pulled repository, as after a
+// pull):
+//
+//   - served: it is the proof a pull would end with, and the present image
+//     is the result (its ID as Ref, as the runtime's pull of an unchanged
+//     tag answers), recorded with that credential, at the registry cost of
+//     one authenticated manifest GET and no runtime pull;
+//   - other bytes (the tag moved): the runtime pulls, verified as any
+//     pull; when it resolved the name to the very digest of the bytes the
+//     registry served that credential just before, those bytes are the
+//     pull's proof and the registry is not asked again;
+//   - refused (401, 403) or unknown (404): that attempt ends with the
+//     registry's answer (ErrRefused) and the runtime is not asked, as its
+//     pull would be refused the same (the registry cost of the runtime's
+//     own refused pull, and no more);
+//   - no answer within the Verifier's time (WithVerifyTimeout), or ctx
+//     ended: the pull ends with that error, the runtime not asked;
+//   - any other failure (unreachable, 5xx): the runtime's pull decides.
+//
+// Its error wraps ErrNoIntent (nothing was pulled), ErrUnverified or
+// ErrRefused, or is the runtime's (the attempts' errors aggregated, each
+// with every candidate credential removed).
 func (p *Puller) Pull(ctx context.Context, req Request) (Result, error) {
 	image := req.Spec.GetImage()
 	if err := p.tracker.RecordPullIntent(image); err != nil {
@@ -173,10 +189,11 @@ func (p *Puller) attempt(ctx context.Context, req Request) (Result, presence, er
 		attempts = []Attempt{{}}
 	}
 	secrets := authsOf(attempts)
+	b := p.newBudget()
 	var res Result
 	var before presence
-	var checked bool                        // before was asked for
-	served := make([]string, len(attempts)) // by the present image's check
+	var checked bool // before was asked for
+	var pre []precheck
 	var errs []error
 	for i, a := range attempts {
 		if req.Admit != nil {
@@ -188,26 +205,38 @@ func (p *Puller) attempt(ctx context.Context, req Request) (Result, presence, er
 		if !checked {
 			before = p.presence(ctx, req.Spec)
 			checked = true
-			if req.Hidden && before.img != nil {
+			if before.img != nil {
 				// Before the runtime is asked: each credential in order.
-				for j, b := range attempts {
-					var ok bool
-					if served[j], ok = p.fromPresent(ctx, req.Spec.GetImage(), criAuth(b.Credential.Auth), before.img); ok {
-						return Result{Ref: before.id, ID: before.id, Image: before.img, Credential: b.Credential}, before, nil
-					}
+				var hit int
+				var err error
+				pre, hit, err = p.checkPresent(ctx, b, req.Spec.GetImage(), attempts, before.img)
+				res.Contacted = b.asked
+				if err != nil {
+					return res, before, redacted(err, secrets)
+				}
+				if hit >= 0 {
+					return Result{Ref: before.id, ID: before.id, Image: before.img, Credential: attempts[hit].Credential, Contacted: true}, before, nil
 				}
 			}
 		}
-		res.Attempted = true
+		var served string
+		if pre != nil {
+			if pre[i].refused != nil {
+				errs = append(errs, redacted(pre[i].refused, secrets))
+				continue
+			}
+			served = pre[i].served
+		}
+		res.Attempted, res.Contacted = true, true
 		ref, err := p.images.PullImage(ctx, req.Spec, a.sent(), req.Sandbox)
 		if err == nil {
 			img := p.pulledImage(ctx, req.Spec, ref)
-			if err = p.verify(ctx, req.Spec.GetImage(), criAuth(a.Credential.Auth), img, served[i]); err == nil {
+			if err = p.verify(ctx, b, req.Spec.GetImage(), criAuth(a.Credential.Auth), img, served); err == nil {
 				id := ref
 				if img.GetId() != "" {
 					id = img.GetId()
 				}
-				return Result{Ref: ref, ID: id, Image: img, Credential: a.Credential, Attempted: true}, before, nil
+				return Result{Ref: ref, ID: id, Image: img, Credential: a.Credential, Attempted: true, Contacted: true}, before, nil
 			}
 		}
 		errs = append(errs, redacted(err, secrets))
