@@ -13,17 +13,11 @@ import (
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
-// verifiedPullManifests is what a pull the runtime makes of a present
-// image (an Always pull) costs in successful manifest requests on
-// containerd: containerd's HEAD, then pullguard's GET of the bytes
-// (scenario 10 shows why), through `pullguard run` and through `pullguard
-// serve` alike.
-const verifiedPullManifests = 2
-
-// verifiedPresentManifests is what the verification of a present image on
-// the IfNotPresent path costs: pullguard's GET of the bytes alone, which
-// stands for the pull (the runtime is not asked: guardedpull's Hidden
-// request), through `pullguard run` and through `pullguard serve` alike.
+// verifiedPresentManifests is what the verification of a present image
+// costs (an IfNotPresent pod hidden from it, or an Always pull of it):
+// pullguard's GET of the bytes alone, which stands for the pull (the
+// runtime is not asked: guardedpull's check of a present image), through
+// `pullguard run` and through `pullguard serve` alike.
 const verifiedPresentManifests = 1
 
 // Scenario 10: a tenant runs its own registry that answers a HEAD of

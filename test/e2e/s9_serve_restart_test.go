@@ -37,7 +37,7 @@ func TestServeRestarts(t *testing.T) {
 		out, ok := crictlPullAlways(t, d.endpoint(), "team-a", "always", image, alice)
 		require.True(t, ok, out)
 		tf := trafficFor(t, m, "s9r/team-a/app")
-		assert.Equal(t, verifiedPullManifests, tf.manifestOK, "an Always pull is forwarded: containerd's HEAD and pullguard's GET")
+		assert.Equal(t, verifiedPresentManifests, tf.manifestOK, "an Always pull of a present image asks the registry: pullguard's GET, which stands for the runtime's pull")
 		assert.Zero(t, tf.blobs)
 
 		assert.False(t, inspecti(t, d.endpoint(), image), "still hidden")

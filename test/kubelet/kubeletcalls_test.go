@@ -257,3 +257,33 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 		assert.Zero(t, w.since(t, from, "").total, "Never makes no registry request")
 	})
 }
+
+// alwaysPresentCost: an Always pod of tenant A's image, present and
+// recorded with A's credential. Under the kubelet's own gate containerd
+// pulls: its HEAD answered by the token challenge, the same HEAD granted,
+// no blob. Behind serve the pull is not answered from the record (no
+// presence check came before it): serve's GET of the present image's
+// manifest, challenged then granted, stands for the runtime's pull. The
+// same two requests both ways (docs/serve.md, "What a verification
+// costs").
+func alwaysPresentCost(t *testing.T, w *world) {
+	ctx, c, img, a := w.ctx, w.c, w.img, w.a
+	p := pod(a.ns, "always-present", img.app, corev1.PullAlways, withSecret)
+	t.Cleanup(func() { _ = c.remove(ctx, a.ns, "always-present") })
+	from := w.mark(t)
+	o, missed, err := c.running(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, "Running", o.state, o.message)
+	tr := w.since(t, from, "team-a/app")
+	t.Logf("an Always pod of a present image in the registry's log: %d manifest requests refused, %d granted, %d blobs", tr.manifestDenied, tr.manifestOK, tr.blobs)
+	assert.Zero(t, tr.blobs, "no layer was downloaded")
+	assert.Equal(t, 1, tr.manifestOK, "one granted manifest request")
+	if missed {
+		t.Logf("the kubelet pulled once without the pod's secret (its secret cache missed its sync): that refused pull is in the count")
+	} else {
+		assert.Equal(t, 1, tr.manifestDenied, "the token challenge")
+	}
+	_, err = c.awaitEvent(ctx, a.ns, "always-present", "Pulled", "Successfully pulled image")
+	assert.NoError(t, err)
+	require.NoError(t, c.remove(ctx, a.ns, "always-present"))
+}

@@ -151,10 +151,14 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 		w.runs(t, pod(tc.ns, "app", img.app, ifNotPresent, withSecret))
 		tr := w.since(t, from, "team-a/app")
 		assert.Equal(t, verifiedManifests, tr.manifestOK, "one granted manifest request (containerd's HEAD, or through serve pullguard's own GET of the bytes)")
+		assert.LessOrEqual(t, tr.manifestDenied, 1, "the token challenge, in both modes (a secret-cache miss of the kubelet's adds a refused pull: logged above)")
 		assert.Zero(t, tr.blobs, "a verification downloads no layer")
 		t.Logf("tenant C in the registry's log: %d manifest refused, %d granted, %d blobs", tr.manifestDenied, tr.manifestOK, tr.blobs)
 		_, err := c.awaitEvent(ctx, tc.ns, "app", "Pulled", "Successfully pulled image")
 		assert.NoError(t, err)
+	})
+	w.step(t, "an Always pod of a present image costs the registry what it costs under the kubelet's gate", func(t *testing.T) {
+		alwaysPresentCost(t, w)
 	})
 	w.step(t, "a preloaded image is free", func(t *testing.T) {
 		w.freeRun(t, pod(b.ns, "agent", img.agent, never, noSecret))
