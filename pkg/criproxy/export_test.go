@@ -7,3 +7,16 @@ import "time"
 func WithClockStep(step time.Duration) Option {
 	return func(s *Server) { s.clockStep = func() time.Duration { return step } }
 }
+
+// WithMaxWindows bounds the answer windows (and the other maps of
+// podCalls) by n instead of maxWindows.
+func WithMaxWindows(n int) Option {
+	return func(s *Server) { s.maxWindows = n }
+}
+
+// OpenWindows is the number of answer windows s keeps.
+func OpenWindows(s *Server) int {
+	s.calls.mu.Lock()
+	defer s.calls.mu.Unlock()
+	return s.calls.open.len()
+}

@@ -42,6 +42,13 @@ var (
 		Help:           "Decisions by method, outcome (ImageStatus: present, proven, lookup, hidden; PullImage: answered, verified, forwarded, refused, timeout, unverified, failed) and the tracker's reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"method", "outcome", "reason"})
+	evictionsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "evictions_total",
+		Help:           "Entries serve forgot to make room, the oldest or least recently used first, by kind: window (an open answer window: the pod's pull then asks the registry), proof (a pod's proof: its next presence check costs a pull, answered from its record), name (a memoized normalized name), collision (a pod key two pods shared).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"kind"})
 	panicsTotal = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -53,7 +60,7 @@ var (
 
 // Metrics returns the proxy's metrics, to register with a registry.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{requestsTotal, requestDuration, decisionsTotal, panicsTotal}
+	return []metrics.Registerable{requestsTotal, requestDuration, decisionsTotal, evictionsTotal, panicsTotal}
 }
 
 func observe(method string, start time.Time) {

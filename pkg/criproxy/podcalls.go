@@ -72,12 +72,27 @@ func classify(spec *runtimeapi.ImageSpec) (callKind, string) {
 // (serializeImagePulls).
 const DefaultAnswerWindow = 10 * time.Minute
 
-// maxWindows bounds the answer windows and the proofs remembered (each).
+// maxWindows bounds, each, the answer windows, the memo of normalized
+// names and the pod keys seen to collide. When one is full, the oldest
+// window, the least recently used name and the oldest collision make room
+// for the new one: a tenant that opens window after window (pods of Never
+// containers that name many present tags) costs another pod its window
+// only once maxWindows windows were opened after it. A presence check
+// carries the pod's annotations but not its namespace, so no bound per
+// tenant is possible at that call.
 const maxWindows = 10000
 
-// proofIdle is how long a proof unused for is the first forgotten when
-// the proofs are full.
-const proofIdle = DefaultAnswerWindow
+// maxProofs bounds the proofs remembered, the least recently used making
+// room.
+const maxProofs = maxWindows
+
+// The kinds of entry podCalls forgets to make room (the evictions metric).
+const (
+	evictedWindow    = "window"
+	evictedProof     = "proof"
+	evictedName      = "name"
+	evictedCollision = "collision"
+)
 
 // statusTTL is how long the image status behind an "absent" answer is
 // reused by the PullImage that follows it (the kubelet pulls right after
@@ -110,16 +125,34 @@ const maxKeptNames = 16
 //
 // Calls of no pod (bareCall before the kubelet showed it annotates, and
 // unkeyedCall) share one window per image name, pod "".
+//
+// Every map is bounded and makes room by forgetting its oldest or least
+// recently used entry (see maxWindows, maxProofs), never by clearing; each
+// operation is O(1).
 type podCalls struct {
 	window time.Duration
 
-	mu     sync.Mutex
-	open   map[callKey]openWindow
-	proofs map[callKey]proof
-	// keys memoizes normalizedKey (a name parse per call otherwise);
-	// bounded by maxWindows, cleared when full. A pure function's results:
-	// what it holds never depends on who asked.
-	keys map[string]string
+	mu sync.Mutex
+	// open holds the answer windows, the oldest forgotten first: a
+	// presence check puts its window first, a pull's look-up leaves it
+	// in its place.
+	open *recent[callKey, openWindow]
+	// statusEpoch is counted up when an image is removed: a window's
+	// status is reused only in the epoch it was kept in.
+	statusEpoch uint64
+	// proofs, the least recently used forgotten first.
+	proofs *recent[callKey, proof]
+	// owners holds, for each pod key with proofs, the pod (sandbox UID)
+	// they came from and how many there are; a key's entry goes with its
+	// last proof, so a proof never outlives its key's owner and owners
+	// is bounded by maxProofs.
+	owners map[string]owner
+	// collided holds the keys two pods were seen to share, which get no
+	// answer from a proof again.
+	collided *recent[string, struct{}]
+	// keys memoizes normalizedKey (a name parse per call otherwise). A
+	// pure function's results: what it holds never depends on who asked.
+	keys *recent[string, string]
 
 	// annotating is set at the first podCall: the kubelet sends its
 	// presence checks annotated, so a bareCall is a look-up.
@@ -129,13 +162,11 @@ type podCalls struct {
 	// (finestClockStep), so a proof answers nothing; it still keeps the
 	// pod from an answer window.
 	noProofs bool
-	// owners is the pod (sandbox UID) each pod key's proofs came from;
-	// collided holds the keys two pods were seen to share, which get no
-	// answer from a proof again. Both bounded by maxWindows.
-	owners   map[string]string
-	collided map[string]bool
 	// onCollision is told of a key two pods share (a log line).
 	onCollision func()
+	// onEvict is told of each entry forgotten to make room, by kind (an
+	// expired window is not counted): the evictions metric.
+	onEvict func(kind string)
 }
 
 type callKey struct{ image, pod string }
@@ -144,17 +175,26 @@ type openWindow struct {
 	at    time.Time
 	id    string // the status behind the answer, reused for statusTTL
 	names []string
+	epoch uint64 // podCalls.statusEpoch when the status was kept
 }
 
 type proof struct {
 	id   string                // the image the pull got
 	cred credential.Credential // Registry and Hash only; zero for an anonymous pull
-	used time.Time
 }
 
-func newPodCalls(window time.Duration) *podCalls {
-	return &podCalls{window: window, open: map[callKey]openWindow{}, proofs: map[callKey]proof{}, keys: map[string]string{},
-		owners: map[string]string{}, collided: map[string]bool{}, onCollision: func() {}}
+type owner struct {
+	uid    string
+	proofs int
+}
+
+// newPodCalls returns podCalls with answer windows of window, each map
+// bounded by n (maxWindows).
+func newPodCalls(window time.Duration, n int) *podCalls {
+	return &podCalls{window: window,
+		open: newRecent[callKey, openWindow](n), proofs: newRecent[callKey, proof](n),
+		owners: map[string]owner{}, collided: newRecent[string, struct{}](n), keys: newRecent[string, string](n),
+		onCollision: func() {}, onEvict: func(string) {}}
 }
 
 // maxClockStep is the coarsest clock step at which the kubelet's
@@ -187,17 +227,16 @@ const maxMemoName = 1024
 // key is (normalizedKey(image), pod), memoized; p.mu must be held.
 func (p *podCalls) key(image, pod string) callKey {
 	if len(image) > maxMemoName {
-		return callKey{normalizedKey(image), pod}
+		return callKey{image: normalizedKey(image), pod: pod}
 	}
-	k, ok := p.keys[image]
-	if !ok {
-		k = normalizedKey(image)
-		if len(p.keys) >= maxWindows {
-			clear(p.keys) // forgetting costs one parse
-		}
-		p.keys[image] = k
+	if k, ok := p.keys.get(image); ok {
+		return callKey{image: *k, pod: pod}
 	}
-	return callKey{k, pod}
+	k := normalizedKey(image)
+	if _, evicted, _ := p.keys.put(image, k); evicted {
+		p.onEvict(evictedName) // forgetting costs one parse
+	}
+	return callKey{image: k, pod: pod}
 }
 
 // normalizedKey normalizes an image name, so that "alpine" and
@@ -211,31 +250,26 @@ func normalizedKey(image string) string {
 
 // hid notes that ImageStatus reported image absent to pod's presence
 // check (pod "": to a call of no pod), with the status behind the answer.
+// The window is the newest; in a full map the oldest makes room (an open
+// one is counted: its pull goes to the registry).
 func (p *podCalls) hid(image, pod string, now time.Time, id string, names []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.open) >= maxWindows {
-		for k, w := range p.open {
-			if now.Sub(w.at) > p.window {
-				delete(p.open, k)
-			}
-		}
-		if len(p.open) >= maxWindows {
-			// Forgetting only costs a forwarded pull (one manifest request).
-			clear(p.open)
-		}
-	}
 	if len(names) > maxKeptNames {
 		id, names = "", nil // the pull asks the runtime again
 	}
-	p.open[p.key(image, pod)] = openWindow{at: now, id: id, names: names}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := openWindow{at: now, id: id, names: names, epoch: p.statusEpoch}
+	if old, evicted, _ := p.open.put(p.key(image, pod), w); evicted && now.Sub(old.val.at) <= p.window {
+		p.onEvict(evictedWindow)
+	}
 }
 
 // take reports whether a pull of image by pod may be answered from a
 // record: a window that pod's presence check opened is open (it stays
 // open while the kubelet tries the pod's credentials in turn, and closes
-// at the first that succeeds: see proved). It returns the status behind the answer if it is younger than statusTTL
-// (id "" otherwise). With no window configured every pull may be.
+// at the first that succeeds: see proved). It returns the status behind
+// the answer if it is younger than statusTTL and no image was removed
+// since (id "" otherwise). With no window configured every pull may be.
 func (p *podCalls) take(image, pod string, now time.Time) (ok bool, id string, names []string) {
 	if p.window <= 0 {
 		return true, "", nil
@@ -243,25 +277,27 @@ func (p *podCalls) take(image, pod string, now time.Time) (ok bool, id string, n
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := p.key(image, pod)
-	w, found := p.open[k]
-	if !found || now.Sub(w.at) > p.window {
+	w, found := p.open.peek(k)
+	if !found {
 		return false, "", nil
 	}
-	if now.Sub(w.at) > statusTTL {
+	if now.Sub(w.at) > p.window {
+		p.open.remove(k)
+		return false, "", nil
+	}
+	if now.Sub(w.at) > statusTTL || w.epoch != p.statusEpoch {
 		return true, "", nil
 	}
 	return true, w.id, w.names
 }
 
 // forget drops the status behind image's window of no pod (a pull may
-// move the tag), keeping the window.
+// move the tag), keeping the window in its place.
 func (p *podCalls) forget(image string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := p.key(image, "")
-	if w, ok := p.open[k]; ok {
+	if w, ok := p.open.peek(p.key(image, "")); ok {
 		w.id, w.names = "", nil
-		p.open[k] = w
 	}
 }
 
@@ -270,17 +306,15 @@ func (p *podCalls) forget(image string) {
 func (p *podCalls) forgetStatuses() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for k, w := range p.open {
-		w.id, w.names = "", nil
-		p.open[k] = w
-	}
+	p.statusEpoch++
 }
 
 // proved notes that pod's pull of image got the image id with cred
 // (anonymous: the zero credential); uid is the pulling pod's sandbox UID.
-// A key that a pull of another pod (another UID) already proved with is
-// one two pods share: its proofs are dropped and it gets none again.
-func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential, now time.Time) {
+// A key that a pull of
+// another pod (another UID) already proved with is one two pods share: it
+// gets no answer from a proof again.
+func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential) {
 	if pod == "" {
 		return
 	}
@@ -290,46 +324,63 @@ func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.proofs) >= maxWindows || len(p.owners) >= maxWindows {
-		// Forgetting costs a pod one pull, answered from its record. A
-		// proof never outlives its key's owner.
-		for k, pr := range p.proofs {
-			if now.Sub(pr.used) > proofIdle {
-				delete(p.proofs, k)
-			}
-		}
-		if len(p.proofs) >= maxWindows || len(p.owners) >= maxWindows {
-			clear(p.proofs)
-			clear(p.owners)
-		}
-	}
 	k := p.key(image, pod)
-	delete(p.open, k) // the presence check's pull is done
-	if owner, seen := p.owners[pod]; uid == "" || (seen && owner != uid) {
-		if !p.collided[pod] {
-			if len(p.collided) >= maxWindows {
-				clear(p.collided) // a collision is rare: a clock too coarse is caught at the start
+	p.open.remove(k) // the presence check's pull is done
+	o, seen := p.owners[pod]
+	if uid == "" || (seen && o.uid != uid) {
+		if _, marked := p.collided.peek(pod); !marked {
+			if _, evicted, _ := p.collided.put(pod, struct{}{}); evicted {
+				p.onEvict(evictedCollision) // a collision is rare: a clock too coarse is caught at the start
 			}
-			p.collided[pod] = true
 			p.onCollision()
 		}
 	}
-	p.owners[pod] = uid
-	p.proofs[k] = proof{id: id, cred: kept, used: now}
+	o.uid = uid
+	p.owners[pod] = o
+	p.keep(k, proof{id: id, cred: kept})
+}
+
+// keep puts a proof first, counting it for its pod key's owner; in a full
+// map the least recently used proof makes room, and the owner of a key
+// left with none goes. p.mu must be held.
+func (p *podCalls) keep(k callKey, pr proof) {
+	old, evicted, added := p.proofs.put(k, pr)
+	if added {
+		o := p.owners[k.pod]
+		o.proofs++
+		p.owners[k.pod] = o
+	}
+	if !evicted {
+		return
+	}
+	p.onEvict(evictedProof) // forgetting costs the pod one pull, answered from its record
+	if o := p.owners[old.key.pod]; o.proofs <= 1 {
+		delete(p.owners, old.key.pod)
+	} else {
+		o.proofs--
+		p.owners[old.key.pod] = o
+	}
+}
+
+// answers reports whether pod's proofs may answer its calls. p.mu must be
+// held.
+func (p *podCalls) answers(pod string) bool {
+	if p.noProofs {
+		return false
+	}
+	_, collided := p.collided.peek(pod)
+	return !collided
 }
 
 // proofOf returns the credential pod's pull of image proved, if that pull
 // got the image id (ok). held reports whether pod's pull of image
 // succeeded at all, whatever image it got.
-func (p *podCalls) proofOf(image, pod, id string, now time.Time) (cred credential.Credential, held, ok bool) {
+func (p *podCalls) proofOf(image, pod, id string) (cred credential.Credential, held, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := p.key(image, pod)
-	pr, held := p.proofs[k]
-	if !held || pr.id != id || p.noProofs || p.collided[pod] {
+	pr, held := p.proofs.get(p.key(image, pod))
+	if !held || pr.id != id || !p.answers(pod) {
 		return credential.Credential{}, held, false
 	}
-	pr.used = now
-	p.proofs[k] = pr
 	return pr.cred, true, true
 }

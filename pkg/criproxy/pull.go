@@ -88,7 +88,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		logger.V(2).Info("Forwarding the pull: no presence check of this pod reported the image absent before it, so the kubelet pulls it with policy Always")
 	} else if !cred.Anonymous() {
 		if ref, ok := s.fromRecord(ctx, logger, spec, cred, id, names); ok {
-			s.calls.proved(image, podKey, meta.GetUid(), ref, cred, s.clock.Now())
+			s.calls.proved(image, podKey, meta.GetUid(), ref, cred)
 			return &runtimeapi.PullImageResponse{ImageRef: ref}, nil
 		}
 	}
@@ -137,7 +137,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		countDecision("PullImage", "failed", 0)
 		return nil, backendError("PullImage", err)
 	}
-	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred, s.clock.Now())
+	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred)
 	if !res.Attempted {
 		countDecision("PullImage", "verified", 0)
 		logger.V(2).Info("The registry served the present image's manifest to the credential; recorded, without the runtime's pull", "imageRef", res.ID, "credential", rec.Source.String())

@@ -48,6 +48,7 @@ type Server struct {
 
 	calls       *podCalls
 	window      time.Duration
+	maxWindows  int // bounds podCalls (maxWindows; tests lower it)
 	unkeyedOnce sync.Once
 	// clockStep measures the wall clock's finest step (tests fake it).
 	clockStep func() time.Duration
@@ -131,11 +132,12 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 		return nil, errors.New("criproxy: backend, tracker and hasher are required")
 	}
 	s := &Server{backend: backend, tracker: tracker, hasher: hasher, logger: klog.Background(), clock: clock.RealClock{}, pruneEvery: DefaultPruneInterval, window: DefaultAnswerWindow,
-		verifyTimeout: DefaultVerificationTimeout}
+		maxWindows: maxWindows, verifyTimeout: DefaultVerificationTimeout}
 	for _, o := range opts {
 		o(s)
 	}
-	s.calls = newPodCalls(s.window)
+	s.calls = newPodCalls(s.window, s.maxWindows)
+	s.calls.onEvict = func(kind string) { evictionsTotal.WithLabelValues(kind).Inc() }
 	s.logger = s.logger.WithName("criproxy")
 	if s.clockStep == nil {
 		s.clockStep = finestClockStep

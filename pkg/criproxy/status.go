@@ -65,12 +65,11 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		}
 		return resp, nil
 	}
-	now := s.clock.Now()
 	held := false
 	if kind == podCall {
 		var cred credential.Credential
 		var ok bool
-		if cred, held, ok = s.calls.proofOf(spec.GetImage(), pod, img.GetId(), now); ok {
+		if cred, held, ok = s.calls.proofOf(spec.GetImage(), pod, img.GetId()); ok {
 			if !cred.Hash.IsZero() {
 				req0.Credentials = func() []credential.Credential { return []credential.Credential{cred} }
 			}
@@ -92,7 +91,7 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		// check its proof no longer passes, and a window would let the
 		// pod's next Always pull be answered from a record. Its pulls
 		// ask the registry.
-		s.calls.hid(spec.GetImage(), pod, now, img.GetId(), names)
+		s.calls.hid(spec.GetImage(), pod, s.clock.Now(), img.GetId(), names)
 	}
 	countDecision("ImageStatus", "hidden", d.Reason)
 	if v := s.logger.V(2); v.Enabled() {
