@@ -52,7 +52,7 @@ func decisions(t *testing.T, method, outcome string) float64 {
 }
 
 // TestFloodKeepsOtherPodsAnswers: one tenant's pods flood serve past its
-// bound (here 40 windows and 40 proofs), with answer windows (pods of
+// bound (here 40 windows and 80 proofs), with answer windows (pods of
 // Never containers naming a present image they cannot use: each presence
 // check opens a window that no pull closes) or with proofs (pods that
 // pull an image they may use). Before the flood's end, another tenant's
@@ -75,8 +75,8 @@ func TestFloodKeepsOtherPodsAnswers(t *testing.T) {
 		victim func(t *testing.T, h *harness, p *kubeletPod)
 		check  func(t *testing.T, h *harness, p *kubeletPod)
 		// wantEvicted is how many entries made room: 1.5 bound windows
-		// opened; 1.5 bound + 2 proofs kept (2 pulls before, the other
-		// pod's, 1.5 bound - 1 flooding pods').
+		// opened; 3 bound + 4 proofs kept (2 per pull: 2 pulls before,
+		// the other pod's, 1.5 bound - 1 flooding pods').
 		wantEvicted float64
 	}{
 		{
@@ -100,7 +100,7 @@ func TestFloodKeepsOtherPodsAnswers(t *testing.T) {
 			},
 		},
 		{
-			name: "proofs", kind: "proof", wantEvicted: bound/2 + 2,
+			name: "proofs", kind: "proof", wantEvicted: bound + 4,
 			floodPod: func(t *testing.T, h *harness) {
 				_, err := h.newPod("c", nil).ensure(t, floodImage, "carol", "pw")
 				require.NoError(t, err)

@@ -9,7 +9,7 @@ func WithClockStep(step time.Duration) Option {
 }
 
 // WithMaxWindows bounds the answer windows (and the other maps of
-// podCalls) by n instead of maxWindows.
+// podCalls: the proofs by 2n) by n instead of maxWindows.
 func WithMaxWindows(n int) Option {
 	return func(s *Server) { s.maxWindows = n }
 }

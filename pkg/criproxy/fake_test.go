@@ -395,6 +395,24 @@ func (p *kubeletPod) size(t testing.TB, image string) uint64 {
 	return resp.GetImage().GetSize()
 }
 
+// volumeRef is the kubelet's look-up of an image volume's digest for the
+// pod's status, under its ImageVolumeWithDigest gate (v1.36
+// kubelet_pods.go, convertToAPIContainerStatuses: GetImageRef, an
+// ImageStatus, of kuberuntime.ToKubeContainerImageSpec of the mount's
+// image as the runtime reports it). That image is the spec the kubelet
+// mounted (getImageVolumes): Image the ref the pod's EnsureImageExists
+// returned (the image's ID), the pod's annotations and runtime handler;
+// the look-up sends Image, the annotations, and the handler under
+// RuntimeClassInImageCriApi as the presence check does, not
+// UserSpecifiedImage. It returns the ID, or "" if reported absent (the
+// status's imageRef is then empty).
+func (p *kubeletPod) volumeRef(t testing.TB, ref string) string {
+	t.Helper()
+	resp, err := p.h.client.ImageStatus(context.Background(), &runtimeapi.ImageSpec{Image: ref, Annotations: p.ann, RuntimeHandler: p.handler}, false)
+	require.NoError(t, err)
+	return resp.GetImage().GetId()
+}
+
 // pullOnly is the pod's PullImage with the credential user:password.
 func (p *kubeletPod) pullOnly(t testing.TB, image, user, password string) (string, error) {
 	return p.h.client.PullImage(context.Background(), p.spec(image), creds(user, password), pod(p.ns, p.name))

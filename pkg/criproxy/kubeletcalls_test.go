@@ -158,6 +158,112 @@ func TestImageVolumeEverySync(t *testing.T) {
 	assert.Empty(t, never.presence(t, image), "a Never pod of tenant A shows no credential to serve: ErrImageNeverPull, a listed difference")
 }
 
+// TestImageVolumeDigest: under the kubelet's ImageVolumeWithDigest gate,
+// every status update of a pod with an image volume looks the volume's
+// image up by the ID the pod's pull got, with the pod's annotations
+// (volumeRef), for volumeStatus.image.imageRef. The pod whose pull got
+// that image is answered "present" while the records grant it the image
+// (decided again with its proof, under the name it pulled); anyone else
+// asking by that ID is answered "absent", as before. No look-up by ID
+// opens an answer window or makes a pull.
+func TestImageVolumeDigest(t *testing.T) {
+	image, other := reg+"/team-a/data:v1", reg+"/team-a/other:v1"
+	for _, tc := range []struct {
+		name string
+		cfg  harnessConfig
+		// asker is the pod that looks up, and the ID it asks by, once p
+		// (tenant A's) got image as ref.
+		asker func(t *testing.T, h *harness, p *kubeletPod, ref string) (*kubeletPod, string)
+		want  bool
+	}{
+		{
+			name:  "the pod that pulled it",
+			asker: func(_ *testing.T, _ *harness, p *kubeletPod, ref string) (*kubeletPod, string) { return p, ref },
+			want:  true,
+		},
+		{
+			name: "another pod of the same tenant",
+			asker: func(_ *testing.T, h *harness, _ *kubeletPod, ref string) (*kubeletPod, string) {
+				return h.newPod("a", nil), ref
+			},
+		},
+		{
+			name: "another tenant's pod with the pod's annotations copied",
+			asker: func(_ *testing.T, h *harness, p *kubeletPod, ref string) (*kubeletPod, string) {
+				return h.newPod("b", p.ann), ref // the kubelet's config.seen over the copied one
+			},
+		},
+		{
+			name: "the pod's annotations with another runtime handler",
+			asker: func(_ *testing.T, _ *harness, p *kubeletPod, ref string) (*kubeletPod, string) {
+				q := *p
+				q.handler = "kata"
+				return &q, ref
+			},
+		},
+		{
+			name: "the pod, by the ID of an image it did not pull",
+			asker: func(t *testing.T, h *harness, p *kubeletPod, _ string) (*kubeletPod, string) {
+				ref, err := h.pull(t, "a", other, "alice", "pw") // another pod of A
+				require.NoError(t, err)
+				return p, ref
+			},
+		},
+		{
+			name: "the pod, once the records no longer grant it the image",
+			asker: func(t *testing.T, h *harness, p *kubeletPod, ref string) (*kubeletPod, string) {
+				// Removed (its records pruned), then pulled again by
+				// tenant C: the records hold C's credential only.
+				require.NoError(t, h.client.RemoveImage(context.Background(), &runtimeapi.ImageSpec{Image: ref}))
+				again, err := h.pull(t, "c", image, "carol", "pw")
+				require.NoError(t, err)
+				require.Equal(t, ref, again)
+				return p, ref
+			},
+		},
+		{
+			name: "the pod, on a node whose clock is too coarse to tell pods apart",
+			cfg:  harnessConfig{serverOpts: []criproxy.Option{criproxy.WithClockStep(time.Millisecond)}},
+			asker: func(_ *testing.T, _ *harness, p *kubeletPod, ref string) (*kubeletPod, string) {
+				return p, ref
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, tc.cfg)
+			h.fake.publish(t, image, id(11), "alice:pw", "carol:pw")
+			h.fake.publish(t, other, id(12), "alice:pw")
+			p := h.newPod("a", map[string]string{"team": "a"})
+			ref, err := p.ensure(t, image, "alice", "pw")
+			require.NoError(t, err)
+			require.Equal(t, id(11), ref, "the ref the kubelet mounts, and later asks by")
+			q, asked := tc.asker(t, h, p, ref)
+
+			proven, hidden := decisions(t, "ImageStatus", "proven"), decisions(t, "ImageStatus", "hidden")
+			windows := criproxy.OpenWindows(h.server)
+			_, _, pulls := h.fake.counts()
+			const syncs = 3
+			for range syncs {
+				h.clock.Step(5 * time.Second) // the kubelet's status updates
+				got := q.volumeRef(t, asked)
+				if tc.want {
+					assert.Equal(t, asked, got, "volumeStatus.image.imageRef")
+				} else {
+					assert.Empty(t, got, "volumeStatus.image.imageRef")
+				}
+			}
+			if tc.want {
+				assert.Equal(t, float64(syncs), decisions(t, "ImageStatus", "proven")-proven, "answered from the pod's proof")
+			} else {
+				assert.Equal(t, float64(syncs), decisions(t, "ImageStatus", "hidden")-hidden, "reported absent")
+			}
+			assert.Equal(t, windows, criproxy.OpenWindows(h.server), "answer windows: a look-up by ID opens none")
+			_, _, after := h.fake.counts()
+			assert.Equal(t, pulls, after, "runtime pulls")
+		})
+	}
+}
+
 // TestProofFollowsTheRecords: a pod's proof is decided again at each of its
 // presence checks: once the image is removed and another image holds the
 // name, or the record is pruned, the pod proves again.

@@ -83,8 +83,10 @@ const DefaultAnswerWindow = 10 * time.Minute
 const maxWindows = 10000
 
 // maxProofs bounds the proofs remembered, the least recently used making
-// room.
-const maxProofs = maxWindows
+// room. A pull's proof is kept twice: under the name pulled (the pod's
+// presence checks) and under the image ID it got (the kubelet's look-up of
+// an image volume's digest, which asks by ID).
+const maxProofs = 2 * maxWindows
 
 // The kinds of entry podCalls forgets to make room (the evictions metric).
 const (
@@ -121,7 +123,8 @@ const maxKeptNames = 16
 //     every sync, the size look-up right after the pull) are decided with
 //     that credential, as the kubelet's own gate decides with the pod's
 //     credentials: the image is reported present while the records still
-//     grant it to that credential.
+//     grant it to that credential. So is its look-up by the image ID that
+//     pull got (an image volume's digest, for the pod's status).
 //
 // Calls of no pod (bareCall before the kubelet showed it annotates, and
 // unkeyedCall) share one window per image name, pod "".
@@ -169,7 +172,12 @@ type podCalls struct {
 	onEvict func(kind string)
 }
 
-type callKey struct{ image, pod string }
+type callKey struct {
+	image, pod string
+	// byID: image is the ID the pod's pull got (a proof for a look-up by
+	// ID), not a normalized name.
+	byID bool
+}
 
 type openWindow struct {
 	at    time.Time
@@ -181,6 +189,8 @@ type openWindow struct {
 type proof struct {
 	id   string                // the image the pull got
 	cred credential.Credential // Registry and Hash only; zero for an anonymous pull
+	// name is the normalized name pulled, for a proof kept by ID.
+	name string
 }
 
 type owner struct {
@@ -189,10 +199,10 @@ type owner struct {
 }
 
 // newPodCalls returns podCalls with answer windows of window, each map
-// bounded by n (maxWindows).
+// bounded by n (maxWindows; the proofs by 2n).
 func newPodCalls(window time.Duration, n int) *podCalls {
 	return &podCalls{window: window,
-		open: newRecent[callKey, openWindow](n), proofs: newRecent[callKey, proof](n),
+		open: newRecent[callKey, openWindow](n), proofs: newRecent[callKey, proof](2 * n),
 		owners: map[string]owner{}, collided: newRecent[string, struct{}](n), keys: newRecent[string, string](n),
 		onCollision: func() {}, onEvict: func(string) {}}
 }
@@ -311,7 +321,7 @@ func (p *podCalls) forgetStatuses() {
 
 // proved notes that pod's pull of image got the image id with cred
 // (anonymous: the zero credential); uid is the pulling pod's sandbox UID.
-// A key that a pull of
+// The proof is kept under the name and under id. A key that a pull of
 // another pod (another UID) already proved with is one two pods share: it
 // gets no answer from a proof again.
 func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential) {
@@ -338,6 +348,9 @@ func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential
 	o.uid = uid
 	p.owners[pod] = o
 	p.keep(k, proof{id: id, cred: kept})
+	if id != "" {
+		p.keep(callKey{image: id, pod: pod, byID: true}, proof{id: id, cred: kept, name: k.image})
+	}
 }
 
 // keep puts a proof first, counting it for its pod key's owner; in a full
@@ -383,4 +396,17 @@ func (p *podCalls) proofOf(image, pod, id string) (cred credential.Credential, h
 		return credential.Credential{}, held, false
 	}
 	return pr.cred, true, true
+}
+
+// proofByID returns the name and the credential of pod's pull that got
+// the image id, if it succeeded (held) and may answer (ok): the pod's
+// look-up of that image by its ID.
+func (p *podCalls) proofByID(pod, id string) (name string, cred credential.Credential, held, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr, held := p.proofs.get(callKey{image: id, pod: pod, byID: true})
+	if !held || !p.answers(pod) {
+		return "", credential.Credential{}, held, false
+	}
+	return pr.name, pr.cred, true, true
 }

@@ -224,7 +224,7 @@ func TestPodCallsStayBounded(t *testing.T) {
 	assert.Equal(t, p.proofs.len(), counted, "the owners count every proof")
 	// Each pod's window is closed by its pull; the other pod's stays.
 	assert.Equal(t, n*2-n-p.open.len(), evicted[evictedWindow], "every window past the bound made room (none had expired)")
-	assert.Equal(t, n-p.proofs.len(), evicted[evictedProof], "proofs kept: 1 a pull (a collision's pulls prove one key)")
+	assert.Equal(t, n*2-p.proofs.len(), evicted[evictedProof], "proofs kept: 2 a pull (a collision's pulls prove one key)")
 	assert.Equal(t, n-maxWindows, evicted[evictedName], "a name a pod")
 	assert.Zero(t, evicted[evictedCollision], "80 collisions")
 	assert.Less(t, float64(heaps[7]), float64(heaps[4])*1.02, "the heap after the eighth round against the fifth")

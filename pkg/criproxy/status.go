@@ -65,11 +65,23 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		}
 		return resp, nil
 	}
+	// byID: the kubelet's look-up of an image volume's digest for the
+	// pod's status (ImageVolumeWithDigest), by the image ID the pod's
+	// pull got; no pull follows it.
+	byID := kind == podCall && spec.GetImage() == img.GetId()
 	held := false
 	if kind == podCall {
 		var cred credential.Credential
 		var ok bool
-		if cred, held, ok = s.calls.proofOf(spec.GetImage(), pod, img.GetId()); ok {
+		name := spec.GetImage()
+		if byID {
+			// Decided under the name the pod pulled.
+			name, cred, held, ok = s.calls.proofByID(pod, img.GetId())
+		} else {
+			cred, held, ok = s.calls.proofOf(name, pod, img.GetId())
+		}
+		if ok {
+			req0.Image = name
 			if !cred.Hash.IsZero() {
 				req0.Credentials = func() []credential.Credential { return []credential.Credential{cred} }
 			}
@@ -84,13 +96,16 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	} else {
 		s.warnUnkeyed()
 	}
-	if !held {
+	if !held && !byID {
 		// A pod whose pull of the image succeeded gets no window: this
 		// call is the size look-up right after that pull (on v1.32+ the
 		// only ImageStatus of an Always container's pod) or a later
 		// check its proof no longer passes, and a window would let the
 		// pod's next Always pull be answered from a record. Its pulls
-		// ask the registry.
+		// ask the registry. A look-up by ID opens none either: the
+		// look-up of an image volume's digest is followed by no pull,
+		// and a pull by ID is answered from no record (records are of
+		// names).
 		s.calls.hid(spec.GetImage(), pod, s.clock.Now(), img.GetId(), names)
 	}
 	countDecision("ImageStatus", "hidden", d.Reason)
