@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -168,6 +169,12 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 		"--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none",
+		// The API server keeps an image volume's
+		// volumeStatus.image.imageRef only under this gate (alpha; it
+		// drops the field otherwise). A kubelet without the gate sets
+		// no such field, so only the step that turns it on in the
+		// kubelet sees a difference.
+		"--feature-gates", "ImageVolumeWithDigest=true",
 		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"))
 	require.NoError(t, err)
 	t.Cleanup(func() { c.api.stop(20 * time.Second) })
@@ -412,6 +419,16 @@ func (c *cluster) startKubelet(ctx context.Context) {
 func (c *cluster) restartKubelet(ctx context.Context) {
 	c.kl.stop(20 * time.Second)
 	c.startKubelet(ctx)
+}
+
+// restartKubeletWith restarts the kubelet with extra added to its command
+// line for this run only (none: as configured), e.g. a feature gate,
+// which the kubelet merges with its file's featureGates.
+func (c *cluster) restartKubeletWith(ctx context.Context, extra ...string) {
+	base := c.klArgs
+	c.klArgs = append(slices.Clip(base), extra...)
+	defer func() { c.klArgs = base }()
+	c.restartKubelet(ctx)
 }
 
 // restartPullguard stops `pullguard serve` by its PID and starts it again

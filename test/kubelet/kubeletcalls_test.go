@@ -52,6 +52,23 @@ func imageUser(t *testing.T, w *world) {
 	})
 }
 
+// volumeImageRef is volumeStatus.image.imageRef of the pod's volume
+// as a container of the pod reports it ("" if the kubelet has not set it).
+func (c *cluster) volumeImageRef(ctx context.Context, ns, name, volume string) (string, error) {
+	p, err := c.client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, vm := range cs.VolumeMounts {
+			if vm.Name == volume && vm.VolumeStatus != nil && vm.VolumeStatus.Image != nil {
+				return vm.VolumeStatus.Image.ImageRef, nil
+			}
+		}
+	}
+	return "", nil
+}
+
 // processUID is the uid containerd runs the pod's container as.
 func (w *world) processUID(t *testing.T, ns, name string) uint32 {
 	return w.runtimeSpec(t, ns, name).Process.User.UID
@@ -162,6 +179,16 @@ func alwaysAfterRotation(t *testing.T, w *world) {
 // runs with the image's files at /data, and pulls no more over three of
 // those syncs (about 15 s: the observation waits for the syncs' events,
 // not for the clock).
+// The step runs the kubelet with its ImageVolumeWithDigest gate (alpha),
+// under which each status update would look the volume's image up by its
+// ID, with the pod's annotations, for volumeStatus.image.imageRef
+// (kubelet_pods.go; serve answers that look-up from the pod's proof, see
+// pkg/criproxy TestImageVolumeDigest). kubelet v1.36.3 never makes it: it
+// matches the runtime's mounts to the volume by a name that the CRI's
+// ContainerStatus does not carry (kuberuntime's toKubeContainerStatus
+// fills no Mount.Name), logs "image was not found" at each status update
+// and leaves the field unset, in both modes. Behind serve the syncs report
+// no image absent (no answer window).
 // The same volume with pullPolicy Never in a new pod of A: the kubelet's
 // own implementation accepts A's secret and the pod runs; behind serve it
 // is ErrImageNeverPull (the documented difference "Never pods'
@@ -171,6 +198,10 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	mounts, version, err := c.ctrd.supportsImageVolumes(ctx)
 	require.NoError(t, err)
 	require.True(t, mounts, "containerd %s does not mount image volumes (2.1 and later do)", version)
+	// On the command line, merged with the file's gates; the kubelet
+	// restarts without it at the end of the step.
+	c.restartKubeletWith(ctx, "--feature-gates", "ImageVolumeWithDigest=true")
+	defer c.restartKubeletWith(ctx)
 
 	from := w.mark(t)
 	o, err := w.running(t, withImageVolume(pod(a.ns, "vol-1", img.agent, never, withSecret), img.data, ifNotPresent))
@@ -183,7 +214,7 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	_, err = c.awaitEvent(ctx, a.ns, "vol-1", "Pulled", "Successfully pulled image \""+img.data+"\"")
 	assert.NoError(t, err)
 
-	type counts struct{ kubeletPulls, kubeletStatuses, servePulls, proven float64 }
+	type counts struct{ kubeletPulls, kubeletStatuses, servePulls, proven, hidden float64 }
 	read := func() counts {
 		var n counts
 		var err error
@@ -195,6 +226,8 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 			n.servePulls, err = c.serveMetric(ctx, "pullguard_criproxy_requests_total", map[string]string{"method": "PullImage"})
 			require.NoError(t, err)
 			n.proven, err = c.serveMetric(ctx, "pullguard_criproxy_decisions_total", map[string]string{"method": "ImageStatus", "outcome": "proven"})
+			require.NoError(t, err)
+			n.hidden, err = c.serveMetric(ctx, "pullguard_criproxy_decisions_total", map[string]string{"method": "ImageStatus", "outcome": "hidden"})
 			require.NoError(t, err)
 		}
 		return n
@@ -232,11 +265,16 @@ func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	if m.proxy {
 		assert.Equal(t, before.servePulls, after.servePulls, "PullImage requests serve received")
 		assert.GreaterOrEqual(t, after.proven-before.proven, float64(syncs), "presence checks serve answered from the pod's proof")
+		assert.Equal(t, before.hidden, after.hidden, "look-ups serve reported absent (each would open an answer window)")
 	}
-	t.Logf("over %d syncs (%s): the kubelet's ImageStatus calls %+.0f, PullImage %+.0f; serve's PullImage %+.0f, proven %+.0f; events Pulling %d -> %d, already present %d -> %d",
+	ref, err := c.volumeImageRef(ctx, a.ns, "vol-1", "data")
+	require.NoError(t, err)
+	assert.Empty(t, ref, "volumeStatus.image.imageRef: kubelet v1.36.3 sets none under its ImageVolumeWithDigest gate")
+	assert.True(t, c.kubeletLogHas(`err="image was not found" pod="vol-1" container="app" volume="data"`), "the kubelet's log says why")
+	t.Logf("over %d syncs (%s): the kubelet's ImageStatus calls %+.0f, PullImage %+.0f; serve's PullImage %+.0f, proven %+.0f, hidden %+.0f; events Pulling %d -> %d, already present %d -> %d; imageRef %q",
 		syncs, time.Since(start).Round(100*time.Millisecond),
 		after.kubeletStatuses-before.kubeletStatuses, after.kubeletPulls-before.kubeletPulls, after.servePulls-before.servePulls,
-		after.proven-before.proven, pulling0, pulling(), present0, present())
+		after.proven-before.proven, after.hidden-before.hidden, pulling0, pulling(), present0, present(), ref)
 
 	t.Run("the same image volume with pullPolicy Never", func(t *testing.T) {
 		from := w.mark(t)
