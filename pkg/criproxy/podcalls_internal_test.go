@@ -59,92 +59,44 @@ func TestFinestClockStep(t *testing.T) {
 
 // TestRecent: a full map makes room for a new key by forgetting its least
 // recent entry (put and get make an entry the most recent, peek does
-// not), and says which; a key put again is no new entry.
+// not), and says which; a key put again is no new entry. Each case acts on
+// a full map of a, b and c (put in that order), then puts d.
 func TestRecent(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
-		ops         func(r *recent[string, int]) (evicted []string)
-		wantKeys    []string // left, in any order
+		before      func(t *testing.T, r *recent[string, int]) // before d is put
+		wantKeys    []string                                   // left, in any order
 		wantEvicted []string
 	}{
-		{
-			name: "oldest put goes first",
-			ops: func(r *recent[string, int]) (ev []string) {
-				for _, k := range []string{"a", "b", "c", "d"} {
-					if old, evicted, _ := r.put(k, 1); evicted {
-						ev = append(ev, old.key)
-					}
-				}
-				return ev
-			},
-			wantKeys: []string{"b", "c", "d"}, wantEvicted: []string{"a"},
-		},
-		{
-			name: "get makes an entry the most recent",
-			ops: func(r *recent[string, int]) (ev []string) {
-				r.put("a", 1)
-				r.put("b", 2)
-				r.put("c", 3)
-				r.get("a")
-				if old, evicted, _ := r.put("d", 4); evicted {
-					ev = append(ev, old.key)
-				}
-				return ev
-			},
-			wantKeys: []string{"a", "c", "d"}, wantEvicted: []string{"b"},
-		},
-		{
-			name: "peek leaves an entry in its place",
-			ops: func(r *recent[string, int]) (ev []string) {
-				r.put("a", 1)
-				r.put("b", 2)
-				r.put("c", 3)
-				v, ok := r.peek("a")
-				if ok {
-					*v = 10 // changed in place
-				}
-				if old, evicted, _ := r.put("d", 4); evicted {
-					ev = append(ev, old.key)
-				}
-				return ev
-			},
-			wantKeys: []string{"b", "c", "d"}, wantEvicted: []string{"a"},
-		},
-		{
-			name: "put again renews, adds nothing",
-			ops: func(r *recent[string, int]) (ev []string) {
-				r.put("a", 1)
-				r.put("b", 2)
-				r.put("c", 3)
-				if _, evicted, added := r.put("a", 5); evicted || added {
-					ev = append(ev, "put again evicted or added")
-				}
-				if old, evicted, _ := r.put("d", 4); evicted {
-					ev = append(ev, old.key)
-				}
-				return ev
-			},
-			wantKeys: []string{"a", "c", "d"}, wantEvicted: []string{"b"},
-		},
-		{
-			name: "remove makes room without evicting",
-			ops: func(r *recent[string, int]) (ev []string) {
-				r.put("a", 1)
-				r.put("b", 2)
-				r.put("c", 3)
-				r.remove("b")
-				r.remove("x")
-				if old, evicted, _ := r.put("d", 4); evicted {
-					ev = append(ev, old.key)
-				}
-				return ev
-			},
-			wantKeys: []string{"a", "c", "d"},
-		},
+		{name: "oldest put goes first", before: func(*testing.T, *recent[string, int]) {},
+			wantKeys: []string{"b", "c", "d"}, wantEvicted: []string{"a"}},
+		{name: "get makes an entry the most recent", before: func(_ *testing.T, r *recent[string, int]) { r.get("a") },
+			wantKeys: []string{"a", "c", "d"}, wantEvicted: []string{"b"}},
+		{name: "peek leaves an entry in its place", before: func(_ *testing.T, r *recent[string, int]) {
+			if v, ok := r.peek("a"); ok {
+				*v = 10 // changed in place
+			}
+		}, wantKeys: []string{"b", "c", "d"}, wantEvicted: []string{"a"}},
+		{name: "put again renews, adds nothing", before: func(t *testing.T, r *recent[string, int]) {
+			_, evicted, added := r.put("a", 5)
+			assert.False(t, evicted || added, "a key put again")
+		}, wantKeys: []string{"a", "c", "d"}, wantEvicted: []string{"b"}},
+		{name: "remove makes room without evicting", before: func(_ *testing.T, r *recent[string, int]) {
+			r.remove("b")
+			r.remove("x")
+		}, wantKeys: []string{"a", "c", "d"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRecent[string, int](3)
-			assert.Equal(t, tc.wantEvicted, tc.ops(r))
+			for i, k := range []string{"a", "b", "c"} {
+				r.put(k, i)
+			}
+			tc.before(t, r)
+			var evicted []string
+			if old, ok, _ := r.put("d", 4); ok {
+				evicted = append(evicted, old.key)
+			}
+			assert.Equal(t, tc.wantEvicted, evicted)
 			var keys []string
 			for k := range r.at {
 				keys = append(keys, k)
