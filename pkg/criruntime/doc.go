@@ -6,7 +6,8 @@
 // and imagemanager and pkg/criproxy read image names with ImageNames and
 // NormalizeImage. It depends on cri-api, grpc, go-containerregistry,
 // containerd's registry client (core/remotes/docker and its config package,
-// for VerifyManifest), internal/dirlock and internal/leak, and on no
+// for VerifyManifest), internal/dirlock, internal/leak and
+// internal/boundedread, and on no
 // pullguard package above it
 // (TestDependencies): the tracker's view of a runtime's images,
 // guardedpull.Inventory, lives with its callers.
@@ -33,6 +34,14 @@
 // containerd does: through containerd's registry hosts configuration
 // (hosts.toml mirrors, CAs, client certificates; WithRegistryConfigPath),
 // read with containerd's own library.
+//
+// Every request either makes to a registry is bounded (bounds.go): in
+// time (WithRegistryTimeout: each phase of a connection, and the whole of
+// a verification or of a manifest fetch, or the caller's deadline if it
+// comes first), in size (a manifest to
+// containerd's MaxManifestSize, a blob to its size, a token or error body
+// and an answer's header to 64 and 16 KiB) and in redirects. A registry
+// that does not answer in time fails the call with ErrRegistryTimeout.
 //
 // Nothing in this package logs or returns credential material: registry
 // errors are scrubbed of every field of the AuthConfig before they are

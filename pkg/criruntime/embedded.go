@@ -60,6 +60,7 @@ func NewEmbedded(dir string, opts ...Option) (*Embedded, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	o.transport = boundRegistryTransport(o.transport, o.registryTimeout)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("failed to create image state directory: %w", err)
 	}
@@ -307,6 +308,12 @@ func (e *Embedded) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse
 	}, nil
 }
 
-// Close releases the state directory for another Embedded; every write is
-// already durable. The service must not be used afterwards.
-func (e *Embedded) Close(context.Context) error { return e.lock.Release() }
+// Close releases the state directory for another Embedded, and closes
+// its idle registry connections; every write is already durable. The
+// service must not be used afterwards.
+func (e *Embedded) Close(context.Context) error {
+	if c, ok := e.opts.transport.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+	return e.lock.Release()
+}

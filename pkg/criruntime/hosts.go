@@ -11,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
@@ -20,6 +21,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/sirupsen/logrus"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/boundedread"
 )
 
 // DefaultRegistryConfigPath is containerd's default registry hosts
@@ -51,14 +54,23 @@ const manifestAccept = "application/vnd.docker.distribution.manifest.v2+json, " 
 // presents auth as containerd's CRI plugin does. roots is containerd's
 // config_path: directories separated by the OS's list separator; a root
 // with no directory for the host, or none at all, is no configuration,
-// as for containerd.
-func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.AuthConfig) ([]docker.RegistryHost, error) {
+// as for containerd. Every client is bounded as a registry's must be
+// (boundRegistryTransport, timeout), the authorizer's token fetches
+// included; release closes their idle connections (the clients are this
+// call's alone).
+func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.AuthConfig, timeout time.Duration) (hosts []docker.RegistryHost, release func(), err error) {
 	ctx = log.WithLogger(ctx, containerdLog)
 	var dirs []func(string) (string, error)
 	for _, root := range filepath.SplitList(roots) {
 		dirs = append(dirs, config.HostDirFromRoot(root))
 	}
-	return config.ConfigureHosts(ctx, config.HostOptions{
+	var bounded []*boundedTransport
+	release = func() {
+		for _, b := range bounded {
+			b.CloseIdleConnections()
+		}
+	}
+	hosts, err = config.ConfigureHosts(ctx, config.HostOptions{
 		HostDir: func(host string) (string, error) {
 			for _, dir := range dirs {
 				d, err := dir(host)
@@ -69,7 +81,17 @@ func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.Aut
 			return "", errdefs.ErrNotFound
 		},
 		Credentials: func(host string) (string, string, error) { return hostCredentials(auth, host) },
+		// Called with each client containerd makes (its transport, or
+		// a host's clone of it), before the authorizer that fetches
+		// tokens with that client.
+		UpdateClient: func(c *http.Client) error {
+			b := boundRegistryTransport(c.Transport, timeout)
+			bounded = append(bounded, b)
+			c.Transport = b
+			return nil
+		},
 	})(host)
+	return hosts, release, err
 }
 
 // hostCredentials is what containerd's CRI plugin presents to a host for
@@ -120,7 +142,9 @@ type hostManifest struct {
 // repo from host h, answering a 401's challenge with h's authorizer once,
 // as containerd's resolver does (no ping of /v2/ first). registry is the
 // registry host of the image's name: a mirror is told it with the ns
-// query parameter, as containerd tells it.
+// query parameter, as containerd tells it. The manifest may be up to
+// maxManifest bytes; every other answer (a token, an error) is bounded
+// by h's client (boundRegistryTransport).
 func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, object, userAgent string) hostManifest {
 	u := url.URL{Scheme: h.Scheme, Host: h.Host, Path: path.Join("/", h.Path, repo, "manifests", object)}
 	if isProxy(h.Host, registry) {
@@ -130,15 +154,12 @@ func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, obj
 	if h.Client != nil {
 		client = *h.Client
 	}
-	client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if len(via) >= 10 {
-			return errors.New("stopped after 10 redirects")
-		}
-		return authorize(ctx, h, req)
-	}
+	// The transport counts the redirects; each new host is answered as
+	// containerd answers it.
+	client.CheckRedirect = func(req *http.Request, _ []*http.Request) error { return authorize(ctx, h, req) }
 	var resp *http.Response
 	for try := 0; try < 2; try++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		req, err := http.NewRequestWithContext(withBodyLimit(ctx, maxManifest), http.MethodGet, u.String(), nil)
 		if err != nil {
 			return hostManifest{err: err}
 		}
@@ -166,14 +187,14 @@ func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, obj
 	}
 	defer drain(resp)
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return hostManifest{err: transport.CheckError(resp, http.StatusOK)}
+		return hostManifest{err: checkStatus(resp, http.StatusOK)}
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxMetadataBlob+1))
+	body, err := io.ReadAll(resp.Body)
+	if errors.Is(err, boundedread.ErrTooLarge) {
+		return hostManifest{err: fmt.Errorf("%w: the manifest of %s is larger than %d bytes", ErrUnsupportedManifest, h.Host, maxManifest)}
+	}
 	if err != nil {
 		return hostManifest{err: err}
-	}
-	if len(body) > maxMetadataBlob {
-		return hostManifest{err: fmt.Errorf("%w: manifest is larger than %d bytes", ErrUnsupportedManifest, maxMetadataBlob)}
 	}
 	return hostManifest{body: body}
 }
@@ -188,8 +209,19 @@ func authorize(ctx context.Context, h docker.RegistryHost, req *http.Request) er
 	return nil
 }
 
+// checkStatus is go-containerregistry's transport.CheckError on the
+// first maxTokenBody bytes of resp's body: an error body is an error's,
+// whatever the request's own bound, and a longer one keeps its status
+// (where CheckError would return only that its body is too long). The
+// caller closes resp's body.
+func checkStatus(resp *http.Response, codes ...int) error {
+	r := *resp
+	r.Body = io.NopCloser(io.LimitReader(resp.Body, maxTokenBody))
+	return transport.CheckError(&r, codes...)
+}
+
 func drain(resp *http.Response) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxTokenBody))
 	resp.Body.Close()
 }
 

@@ -3,6 +3,7 @@ package criruntime
 import (
 	"net/http"
 	goruntime "runtime"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"k8s.io/klog/v2"
@@ -22,6 +23,8 @@ type options struct {
 	userAgent string
 	// registryConfigPath is containerd's config_path, for VerifyManifest.
 	registryConfigPath string
+	// registryTimeout bounds the registry requests (WithRegistryTimeout).
+	registryTimeout time.Duration
 }
 
 // Option configures an Embedded image service.
@@ -35,6 +38,8 @@ func defaultOptions() options {
 		platform:  v1.Platform{OS: "linux", Architecture: goruntime.GOARCH},
 		downloads: defaultConcurrentDownloads,
 		userAgent: "pullguard",
+
+		registryTimeout: DefaultRegistryTimeout,
 	}
 }
 
@@ -95,4 +100,23 @@ func WithUserAgent(ua string) Option {
 // containerd). The embedded runtime does not use it.
 func WithRegistryConfigPath(dir string) Option {
 	return func(o *options) { o.registryConfigPath = dir }
+}
+
+// WithRegistryTimeout bounds in time every request made to a registry
+// (default DefaultRegistryTimeout; values not above 0 keep it). One
+// verification (VerifyManifest: every host tried, token fetches and
+// redirects included) ends by then; so do the embedded runtime's requests
+// for manifests and its proofs of stored blobs. Each phase of any request
+// (connecting, the TLS handshake, the wait for an answer's headers) is
+// bounded by it too, which also bounds the embedded runtime's blob
+// downloads until their bodies flow: a body's own pace, as in containerd,
+// is the runtime's pull's. A registry that does not answer in time fails
+// the call with an error wrapping ErrRegistryTimeout and
+// context.DeadlineExceeded, naming the host.
+func WithRegistryTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.registryTimeout = d
+		}
+	}
 }

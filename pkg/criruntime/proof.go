@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -48,11 +49,20 @@ func (e *Embedded) newProver(repo name.Repository, auth *runtimeapi.AuthConfig, 
 	return &prover{e: e, repo: repo, auth: auth, src: src}
 }
 
+// prove makes the registry prove it holds stored blob d (a config when
+// config is set), in one bounded call to it (WithRegistryTimeout).
 func (p *prover) prove(ctx context.Context, d v1.Descriptor, config bool) error {
+	call := startRegistryCall(ctx, p.e.opts.registryTimeout)
+	var err error
 	if config {
-		return p.proveWhole(ctx, d)
+		err = p.proveWhole(call.ctx, d)
+	} else {
+		err = p.proveRange(call.ctx, d)
 	}
-	return p.proveRange(ctx, d)
+	if err = call.end(err, p.repo.RegistryStr()); errors.Is(err, ErrRegistryTimeout) {
+		return fmt.Errorf("failed to fetch blob %s: %w", d.Digest, err)
+	}
+	return err
 }
 
 // proveWhole fetches blob d and checks it hashes to d.
@@ -105,7 +115,8 @@ func (p *prover) proveRange(ctx context.Context, d v1.Descriptor) error {
 		return fmt.Errorf("failed to reach the registry: %w", registryFailure(p.err, p.auth))
 	}
 	u := fmt.Sprintf("%s://%s/v2/%s/blobs/%s", p.repo.Registry.Scheme(), p.repo.RegistryStr(), p.repo.RepositoryStr(), d.Digest)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	// A registry that ignores Range serves the whole layer.
+	req, err := http.NewRequestWithContext(withBodyLimit(ctx, size), http.MethodGet, u, nil)
 	if err != nil {
 		return err
 	}
@@ -135,6 +146,6 @@ func (p *prover) proveRange(ctx context.Context, d v1.Descriptor) error {
 		}
 		return nil
 	default:
-		return fmt.Errorf("failed to fetch blob %s: %w", d.Digest, registryFailure(transport.CheckError(resp, http.StatusOK, http.StatusPartialContent), p.auth))
+		return fmt.Errorf("failed to fetch blob %s: %w", d.Digest, registryFailure(checkStatus(resp, http.StatusOK, http.StatusPartialContent), p.auth))
 	}
 }

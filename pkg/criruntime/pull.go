@@ -53,11 +53,15 @@ func (e *Embedded) pull(ctx context.Context, ref name.Reference, auth *runtimeap
 		remote.WithTransport(newChallengeTransport(e.opts.transport, ref.Context().RegistryStr(), auth)),
 		remote.WithUserAgent(e.opts.userAgent),
 		remote.WithPlatform(e.opts.platform),
+		// No retries, as in containerd: go-containerregistry's backoff
+		// sleeps whatever the context, past the registry deadline. The
+		// kubelet retries a failed pull with its own backoff.
+		remote.WithRetryBackoff(remote.Backoff{Steps: 1}),
 	)
 	if err != nil {
 		return v1.Hash{}, false, err
 	}
-	desc, raw, err := resolve(ctx, p, ref)
+	desc, raw, err := e.resolve(ctx, p, ref)
 	if err != nil {
 		return v1.Hash{}, false, fmt.Errorf("failed to resolve reference %q: %w", canonicalName(ref), registryFailure(err, auth))
 	}
@@ -77,9 +81,12 @@ func (e *Embedded) pull(ctx context.Context, ref name.Reference, auth *runtimeap
 }
 
 // resolve fetches the manifest ref names and describes it by the digest of
-// the bytes served (see servedManifest).
-func resolve(ctx context.Context, p *remote.Puller, ref name.Reference) (v1.Descriptor, []byte, error) {
-	return servedManifest(ctx, p, ref)
+// the bytes served (see servedManifest), in one bounded call to the
+// registry (WithRegistryTimeout).
+func (e *Embedded) resolve(ctx context.Context, p *remote.Puller, ref name.Reference) (v1.Descriptor, []byte, error) {
+	call := startRegistryCall(ctx, e.opts.registryTimeout)
+	desc, raw, err := servedManifest(call.ctx, p, ref)
+	return desc, raw, call.end(err, ref.Context().RegistryStr())
 }
 
 // fetch stores the manifest (or index and the platform's manifest), config
@@ -117,7 +124,8 @@ func (e *Embedded) fetch(ctx context.Context, p *remote.Puller, l *lease, repo n
 		return nil, fmt.Errorf("%w: media type %q", ErrUnsupportedManifest, topType)
 	}
 	src := func(ctx context.Context, d v1.Descriptor) (io.ReadCloser, error) {
-		layer, err := p.Layer(ctx, repo.Digest(d.Digest.String()))
+		// A blob's body is bounded by its size; its pace is the pull's.
+		layer, err := p.Layer(withBodyLimit(ctx, max(d.Size, 0)), repo.Digest(d.Digest.String()))
 		if err != nil {
 			return nil, registryFailure(err, auth)
 		}
@@ -138,14 +146,11 @@ func (e *Embedded) fetchManifest(ctx context.Context, p *remote.Puller, repo nam
 		return e.content.read(d)
 	}
 	if raw == nil {
-		rd, err := p.Get(ctx, repo.Digest(d.String()))
+		_, served, err := e.resolve(ctx, p, repo.Digest(d.String()))
 		if err != nil {
 			return nil, fmt.Errorf("failed to fetch manifest %s: %w", d, registryFailure(err, auth))
 		}
-		raw = rd.Manifest
-	}
-	if len(raw) > maxMetadataBlob {
-		return nil, fmt.Errorf("%w: manifest %s is larger than %d bytes", ErrUnsupportedManifest, d, maxMetadataBlob)
+		raw = served
 	}
 	if err := e.content.write(ctx, d, int64(len(raw)), bytes.NewReader(raw)); err != nil {
 		return nil, err
@@ -157,7 +162,7 @@ func (e *Embedded) fetchManifest(ctx context.Context, p *remote.Puller, repo nam
 // d was already stored (fetchManifest did not ask for it): an index of the
 // registry's own could name another tenant's manifest by its digest.
 func (e *Embedded) proveManifest(ctx context.Context, p *remote.Puller, repo name.Repository, d v1.Hash, auth *runtimeapi.AuthConfig) error {
-	if _, _, err := servedManifest(ctx, p, repo.Digest(d.String())); err != nil {
+	if _, _, err := e.resolve(ctx, p, repo.Digest(d.String())); err != nil {
 		return fmt.Errorf("failed to fetch manifest %s: %w", d, registryFailure(err, auth))
 	}
 	return nil

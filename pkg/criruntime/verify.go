@@ -17,25 +17,28 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/boundedread"
 )
 
 // servedManifest GETs the manifest ref names and returns its descriptor,
 // with the digest computed here over the bytes the registry served. A
 // Docker-Content-Digest header is never trusted: go-containerregistry takes
 // it as the digest of a manifest served as signed schema 1, and a registry
-// can claim any digest in it. A digest reference must match the bytes.
+// can claim any digest in it. A digest reference must match the bytes. The
+// manifest may be up to maxManifest bytes.
 func servedManifest(ctx context.Context, p *remote.Puller, ref name.Reference) (v1.Descriptor, []byte, error) {
-	rd, err := p.Get(ctx, ref)
+	rd, err := p.Get(withBodyLimit(ctx, maxManifest), ref)
 	if err != nil {
 		// go-containerregistry checks a digest reference itself, with an
 		// error of no type of its own.
 		if _, byDigest := ref.(name.Digest); byDigest && strings.Contains(err.Error(), "does not match requested digest") {
 			return v1.Descriptor{}, nil, fmt.Errorf("%w: the registry served other bytes for %s", ErrDigestMismatch, ref.Identifier())
 		}
+		if errors.Is(err, boundedread.ErrTooLarge) {
+			return v1.Descriptor{}, nil, fmt.Errorf("%w: the manifest of %s is larger than %d bytes", ErrUnsupportedManifest, ref.Context().RegistryStr(), maxManifest)
+		}
 		return v1.Descriptor{}, nil, err
-	}
-	if len(rd.Manifest) > maxMetadataBlob {
-		return v1.Descriptor{}, nil, fmt.Errorf("%w: manifest is larger than %d bytes", ErrUnsupportedManifest, maxMetadataBlob)
 	}
 	desc := rd.Descriptor
 	desc.Digest = sha256Of(rd.Manifest)
@@ -68,8 +71,18 @@ func sha256Of(b []byte) v1.Hash {
 // A runtime that trusts a registry's Docker-Content-Digest header (a HEAD)
 // records a name for content it already holds without the registry having
 // served a byte; calling VerifyManifest after such a runtime's pull, with
-// the digests the runtime resolved as expected, closes that gap. Only the
-// registry config path and user agent options are used.
+// the digests the runtime resolved as expected, closes that gap.
+//
+// The whole call is bounded: its requests end by the registry timeout
+// (WithRegistryTimeout) or ctx's deadline, whichever comes first, a
+// manifest is at most containerd's MaxManifestSize, every other answer
+// and header is small, and redirects are few. A registry that does not
+// answer in time fails it with an error wrapping ErrRegistryTimeout and
+// context.DeadlineExceeded that names the host (the last one tried) and
+// the image (a cancelled ctx's error is returned as it is); a refusal
+// keeps the registry's
+// status (StatusCode, ErrUnauthorized, ErrNotFound). Only the registry
+// config path, registry timeout and user agent options are used.
 func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConfig, expected []string, opts ...Option) (string, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
@@ -86,9 +99,25 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("failed to verify the manifest of %q: %w", canonicalName(ref), registryFailure(err, auth))
 	}
-	hosts, err := registryHosts(ctx, o.registryConfigPath, host, auth)
+	call := startRegistryCall(ctx, o.registryTimeout)
+	got, tried, err := verifyAtHosts(call.ctx, canonicalName(ref), host, repo, object, byDigest, auth, expected, o)
+	if err = call.end(err, tried); err != nil {
+		if errors.Is(err, ErrDigestMismatch) {
+			return got, err
+		}
+		return fail(err)
+	}
+	return got, nil
+}
+
+// verifyAtHosts is VerifyManifest's work for image at the hosts of its
+// registry host, in containerd's order; tried is the last host asked.
+func verifyAtHosts(ctx context.Context, image, host, repo, object string, byDigest bool, auth *runtimeapi.AuthConfig,
+	expected []string, o options) (got, tried string, err error) {
+	hosts, release, err := registryHosts(ctx, o.registryConfigPath, host, auth, o.registryTimeout)
+	defer release()
 	if err != nil {
-		return fail(fmt.Errorf("failed to read the registry hosts configuration of %s: %w", host, err))
+		return "", host, fmt.Errorf("failed to read the registry hosts configuration of %s: %w", host, err)
 	}
 	caps := docker.HostCapabilityPull
 	if !byDigest {
@@ -96,10 +125,12 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 	}
 	ctx = log.WithLogger(docker.ContextWithAppendPullRepositoryScope(ctx, repo), containerdLog)
 	var errs []error
+	tried = host
 	for _, h := range hosts {
 		if !h.Capabilities.Has(caps) {
 			continue
 		}
+		tried = h.Host
 		m := getManifest(ctx, h, host, repo, object, o.userAgent)
 		if m.err != nil {
 			errs = append(errs, m.err)
@@ -110,18 +141,18 @@ func VerifyManifest(ctx context.Context, image string, auth *runtimeapi.AuthConf
 		}
 		got := sha256Of(m.body).String()
 		if byDigest && got != object {
-			return "", fmt.Errorf("%w: %s served a manifest with digest %s for %s", ErrDigestMismatch, h.Host, got, object)
+			return "", tried, fmt.Errorf("%w: %s served a manifest with digest %s for %s", ErrDigestMismatch, h.Host, got, object)
 		}
 		if len(expected) > 0 && !slices.Contains(expected, got) {
-			return got, fmt.Errorf("%w: %s served %q a manifest with digest %s, the runtime resolved %v",
-				ErrDigestMismatch, h.Host, canonicalName(ref), got, expected)
+			return got, tried, fmt.Errorf("%w: %s served %q a manifest with digest %s, the runtime resolved %v",
+				ErrDigestMismatch, h.Host, image, got, expected)
 		}
-		return got, nil
+		return got, tried, nil
 	}
 	if len(errs) == 0 {
-		return fail(fmt.Errorf("no host of %s is configured to serve %s", host, object))
+		return "", tried, fmt.Errorf("no host of %s is configured to serve %s", host, object)
 	}
-	return fail(mostRelevant(errs))
+	return "", tried, mostRelevant(errs)
 }
 
 // mostRelevant is the failure of a verification that every host failed,

@@ -30,7 +30,7 @@ var (
 )
 
 // classes are what a redacted error still answers errors.Is for.
-var classes = []error{ErrUnverified, ErrRefused, criruntime.ErrUnauthorized, criruntime.ErrNotFound, context.Canceled, context.DeadlineExceeded}
+var classes = []error{ErrUnverified, ErrRefused, criruntime.ErrUnauthorized, criruntime.ErrNotFound, criruntime.ErrRegistryTimeout, context.Canceled, context.DeadlineExceeded}
 
 // redactedError is an error whose text had a credential removed. It keeps
 // the classes callers branch on and the gRPC code, never the original
