@@ -53,7 +53,13 @@ type serveOptions struct {
 	// registryConfigPath is containerd's registry config_path, for the
 	// verification requests.
 	registryConfigPath string
+	// registryTimeout bounds serve's own requests to a registry.
+	registryTimeout time.Duration
 }
+
+// kubeletRuntimeRequestTimeout is the kubelet's default
+// runtimeRequestTimeout.
+const kubeletRuntimeRequestTimeout = 2 * time.Minute
 
 func newServeCommand() *cobra.Command {
 	o := &serveOptions{}
@@ -99,6 +105,7 @@ socket removed.`,
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
 	f.StringVar(&o.registryConfigPath, "registry-config-path", criruntime.DefaultRegistryConfigPath, "containerd's registry hosts directories (the config_path of its CRI registry configuration, separated by ':'; the default is containerd v2's): the verification of a pull reaches the registry through the same hosts.toml mirrors, CAs and client certificates as the runtime's pull; an absent directory, or \"\", is no configuration")
+	f.DurationVar(&o.registryTimeout, "registry-request-timeout", criproxy.DefaultVerificationTimeout, "how long serve's own requests to a registry may take: all of a pull's verifications (every host tried, token fetches and redirects included), and each connection, TLS handshake and wait for an answer's headers; a registry that does not answer by then fails the pull with DeadlineExceeded. Below the kubelet's runtimeRequestTimeout (--config's, else 2m)")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }
@@ -149,7 +156,28 @@ func (o *serveOptions) check() (checkedServe, error) {
 	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
 	}
+	if err := checkRegistryTimeout(o.registryTimeout, kc); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// checkRegistryTimeout refuses a registry timeout that is not positive,
+// or not below the kubelet's runtimeRequestTimeout (kc's, else its
+// default): a registry that stalls serve must fail the pull by serve's
+// deadline, with an error naming it, before the kubelet's own.
+func checkRegistryTimeout(d time.Duration, kc *kubeletconfig.KubeletConfiguration) error {
+	limit, source := kubeletRuntimeRequestTimeout, "the kubelet's default runtimeRequestTimeout"
+	if kc != nil && kc.RuntimeRequestTimeout.Duration > 0 {
+		limit, source = kc.RuntimeRequestTimeout.Duration, "the runtimeRequestTimeout of --config"
+	}
+	switch {
+	case d <= 0:
+		return fmt.Errorf("--registry-request-timeout must be positive, got %s", d)
+	case d >= limit:
+		return fmt.Errorf("--registry-request-timeout must be below %s (%s), got %s: a registry that stalls serve must fail the pull before the kubelet gives up", source, limit, d)
+	}
+	return nil
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
@@ -270,9 +298,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 // runtime GETs and hashes every manifest itself, and with the gate off
 // pulls behave as without the proxy: no check in either case.
 func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []criproxy.Option {
-	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow)}
+	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow), criproxy.WithVerificationTimeout(o.registryTimeout)}
 	if !o.embedded() && c.settings.Gates.EnsureSecretPulledImages {
-		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier(criruntime.WithRegistryConfigPath(o.registryConfigPath))))
+		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier(
+			criruntime.WithRegistryConfigPath(o.registryConfigPath), criruntime.WithRegistryTimeout(o.registryTimeout))))
 	}
 	return opts
 }
@@ -288,7 +317,8 @@ func (o *serveOptions) backendName() string {
 
 func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (criproxy.Backend, error) {
 	if o.embedded() {
-		return criruntime.NewEmbedded(filepath.Join(o.rootDir, podworkers.RuntimeDir), criruntime.WithLogger(logger))
+		return criruntime.NewEmbedded(filepath.Join(o.rootDir, podworkers.RuntimeDir), criruntime.WithLogger(logger),
+			criruntime.WithRegistryTimeout(o.registryTimeout))
 	}
 	return criproxy.DialBackend(ctx, o.backend, o.timeout)
 }

@@ -339,6 +339,8 @@ func TestServeBadInput(t *testing.T) {
 	root := filepath.Join(dir, "root")
 	providerConfig := filepath.Join(dir, "cp.yaml")
 	require.NoError(t, os.WriteFile(providerConfig, []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders: [{name: absent-plugin, matchImages: [registry.example], defaultCacheDuration: 1m, apiVersion: credentialprovider.kubelet.k8s.io/v1}]\n"), 0o600))
+	shortKubelet := filepath.Join(dir, "kubelet.yaml")
+	require.NoError(t, os.WriteFile(shortKubelet, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nruntimeRequestTimeout: 20s\n"), 0o600))
 	tests := []struct {
 		name string
 		args []string
@@ -352,6 +354,10 @@ func TestServeBadInput(t *testing.T) {
 		{"missing config", []string{"--config", filepath.Join(dir, "nope.yaml")}, "nope.yaml"},
 		{"provider config without bin dir", []string{"--image-credential-provider-config", providerConfig}, "--image-credential-provider-bin-dir is required"},
 		{"provider plugin missing", []string{"--image-credential-provider-config", providerConfig, "--image-credential-provider-bin-dir", dir}, "absent-plugin"},
+		{"registry timeout zero", []string{"--registry-request-timeout", "0s"}, "--registry-request-timeout must be positive"},
+		{"registry timeout negative", []string{"--registry-request-timeout", "-5s"}, "--registry-request-timeout must be positive"},
+		{"registry timeout of the kubelet's", []string{"--registry-request-timeout", "2m"}, "must be below the kubelet's default runtimeRequestTimeout (2m0s)"},
+		{"registry timeout above the config's", []string{"--config", shortKubelet, "--registry-request-timeout", "30s"}, "must be below the runtimeRequestTimeout of --config (20s)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -114,7 +115,7 @@ func WithManifestVerification(v guardedpull.Verifier) Option {
 // present image's check, the check after the backend's pull): well under
 // the kubelet's runtimeRequestTimeout (2 minutes), and past it the pull
 // fails with DeadlineExceeded.
-const DefaultVerificationTimeout = 30 * time.Second
+const DefaultVerificationTimeout = criruntime.DefaultRegistryTimeout
 
 // WithVerificationTimeout bounds serve's own requests to the registry for
 // one PullImage, all of them together (default DefaultVerificationTimeout;

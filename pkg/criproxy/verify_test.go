@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -133,11 +134,21 @@ type verifyEnv struct {
 	tracker credtracker.Enabled
 	srv     *criproxy.Server
 	verify  bool
+	// timeout is serve's registry timeout (--registry-request-timeout);
+	// 0: the defaults.
+	timeout time.Duration
 }
 
 var verifyPasswords = map[string]string{"alice": "alice-pw-91c2e7", "carol": "carol-pw-4d7f10", "bob": "bob-pw-e03a55"}
 
 func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
+	return newVerifyEnvTimeout(t, verify, 0)
+}
+
+// newVerifyEnvTimeout is newVerifyEnv with serve's registry timeout set
+// to timeout, as --registry-request-timeout sets it: the time limit of a
+// pull's verifications and of each registry request.
+func newVerifyEnvTimeout(t testing.TB, verify bool, timeout time.Duration) *verifyEnv {
 	t.Helper()
 	ctx := context.Background()
 	reg, err := registry.New(registry.Config{
@@ -153,7 +164,7 @@ func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 	require.NoError(t, err)
 	mt, err := img.MediaType()
 	require.NoError(t, err)
-	e := &verifyEnv{reg: reg, pushed: pushed, media: string(mt), dir: t.TempDir(), verify: verify, backend: &claimTrustingBackend{images: map[string]*runtimeapi.Image{
+	e := &verifyEnv{reg: reg, pushed: pushed, media: string(mt), dir: t.TempDir(), verify: verify, timeout: timeout, backend: &claimTrustingBackend{images: map[string]*runtimeapi.Image{
 		pushed.ConfigDigest: {Id: pushed.ConfigDigest, Size: 512, RepoTags: []string{pushed.Reference}, RepoDigests: []string{pushed.DigestReference}},
 	}}}
 	e.start(t)
@@ -173,8 +184,13 @@ func (e *verifyEnv) start(t testing.TB) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tr.Close() })
 	opts := []criproxy.Option{criproxy.WithLogger(testLogger())}
+	var verifierOpts []criruntime.Option
+	if e.timeout > 0 {
+		opts = append(opts, criproxy.WithVerificationTimeout(e.timeout))
+		verifierOpts = append(verifierOpts, criruntime.WithRegistryTimeout(e.timeout))
+	}
 	if e.verify {
-		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier()))
+		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier(verifierOpts...)))
 	}
 	e.tracker = tr
 	e.srv, err = criproxy.New(e.backend, tr, tr.Hasher(), opts...)
