@@ -63,22 +63,22 @@ func StatusCode(err error) int {
 }
 
 // registryFailure turns an error from go-containerregistry, or from
-// containerd's registry library (a token realm that refused the credential),
-// into one that states the registry's answer ("401 Unauthorized") and holds
-// no secret from auth. Context errors pass through unchanged so errors.Is(err,
+// containerd's registry library (a token realm's answer: its 401 or 403 is
+// a refusal of the credential, ErrUnauthorized), into one that states the
+// registry's answer ("401 Unauthorized") and holds no secret from auth. Context errors pass through unchanged so errors.Is(err,
 // context.Canceled) keeps working.
 func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	if err == nil {
 		return nil
 	}
-	code := 0
+	code, realm := 0, false
 	var te *transport.Error
 	var ue remoteerrors.ErrUnexpectedStatus // containerd's authorizer: a token realm's answer
 	switch {
 	case errors.As(err, &te):
 		code = te.StatusCode
 	case errors.As(err, &ue):
-		code = ue.StatusCode
+		code, realm = ue.StatusCode, true
 	case isContextErr(err) || errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsupportedManifest):
 		return err // context errors and this package's own errors carry no secret
 	default:
@@ -94,7 +94,11 @@ func registryFailure(err error, auth *runtimeapi.AuthConfig) error {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		re.kind = ErrUnauthorized
 	case http.StatusNotFound:
-		re.kind = ErrNotFound
+		// A token realm that does not exist says nothing of the
+		// manifest: only the registry's own 404 is ErrNotFound.
+		if !realm {
+			re.kind = ErrNotFound
+		}
 	}
 	return re
 }
