@@ -33,7 +33,12 @@ func (h Hash) Equal(o Hash) bool { return subtle.ConstantTimeCompare(h[:], o[:])
 
 // hashDomain separates pullguard credential hashes from any other use of
 // the same key; bump its version if the encoding below ever changes.
-const hashDomain = "pullguard.credential.v1"
+// authDomain is HashAuth's: a hash bound to no registry never equals one
+// bound to a registry, whatever the key.
+const (
+	hashDomain = "pullguard.credential.v1"
+	authDomain = "pullguard.credential.anyregistry.v1"
+)
 
 // Hasher computes keyed hashes of credentials. It is safe for concurrent use.
 // Two Hashers made from the same key give the same hashes; a different key
@@ -62,6 +67,20 @@ func NewHasher(key []byte) (*Hasher, error) {
 // every credential field is included, each length-prefixed so that no two
 // different credentials share an encoding.
 func (h *Hasher) Hash(registry string, auth AuthConfig) Hash {
+	return h.sum(hashDomain, NormalizeRegistry(registry), auth)
+}
+
+// HashAuth returns the keyed hash of auth bound to no registry, with every
+// credential field included as in Hash. It is for a credential whose
+// registries are given beside it as image patterns (a credential
+// provider's answer, announced by `pullguard credential-provider`): the
+// patterns say where it counts, and a glob cannot name one registry to
+// hash with. It never equals a Hash of the same credential.
+func (h *Hasher) HashAuth(auth AuthConfig) Hash {
+	return h.sum(authDomain, "", auth)
+}
+
+func (h *Hasher) sum(domain, registry string, auth AuthConfig) Hash {
 	d, err := blake2b.New256(h.key[:])
 	if err != nil {
 		// Unreachable: the key length is checked by NewHasher.
@@ -69,8 +88,8 @@ func (h *Hasher) Hash(registry string, auth AuthConfig) Hash {
 	}
 	var buf [binary.MaxVarintLen64]byte
 	for _, field := range [...]string{
-		hashDomain,
-		NormalizeRegistry(registry),
+		domain,
+		registry,
 		auth.Username,
 		auth.Password,
 		auth.Auth,

@@ -184,3 +184,83 @@ func BenchmarkHash(b *testing.B) {
 		_ = h.Hash("registry.example", base)
 	}
 }
+
+// TestHashAuth: the registry-free hash covers every field, depends on the
+// key, and never equals a registry-bound hash of the same credential.
+func TestHashAuth(t *testing.T) {
+	h := testHasher(t, 1)
+	ref := h.HashAuth(base)
+	tests := []struct {
+		name   string
+		hasher *credential.Hasher
+		mutate func(*credential.AuthConfig)
+		equal  bool
+	}{
+		{name: "same credential, same key", hasher: testHasher(t, 1), mutate: func(*credential.AuthConfig) {}, equal: true},
+		{name: "other key", hasher: testHasher(t, 2), mutate: func(*credential.AuthConfig) {}},
+		{name: "username", hasher: h, mutate: func(a *credential.AuthConfig) { a.Username += "x" }},
+		{name: "password", hasher: h, mutate: func(a *credential.AuthConfig) { a.Password += "x" }},
+		{name: "auth", hasher: h, mutate: func(a *credential.AuthConfig) { a.Auth += "x" }},
+		{name: "identity token", hasher: h, mutate: func(a *credential.AuthConfig) { a.IdentityToken += "x" }},
+		{name: "registry token", hasher: h, mutate: func(a *credential.AuthConfig) { a.RegistryToken += "x" }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := base
+			tt.mutate(&a)
+			assert.Equal(t, tt.equal, tt.hasher.HashAuth(a) == ref)
+		})
+	}
+	for _, registry := range []string{"", "docker.io", "registry.example"} {
+		assert.NotEqual(t, ref, h.Hash(registry, base), "bound to %q", registry)
+	}
+}
+
+// TestLoadOrCreateSharedHasher: the first call creates a 0600 key, later
+// calls (and concurrent ones) read that same key, and a key of the wrong
+// size is an error that leaves the file as it is.
+func TestLoadOrCreateSharedHasher(t *testing.T) {
+	t.Run("created once, then shared", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "key")
+		const n = 8
+		hashes := make(chan credential.Hash, n)
+		errs := make(chan error, n)
+		for i := 0; i < n; i++ {
+			go func() {
+				h, err := credential.LoadOrCreateSharedHasher(path)
+				if err != nil {
+					errs <- err
+					return
+				}
+				hashes <- h.HashAuth(base)
+			}()
+		}
+		var got []credential.Hash
+		for i := 0; i < n; i++ {
+			select {
+			case err := <-errs:
+				require.NoError(t, err)
+			case h := <-hashes:
+				got = append(got, h)
+			}
+		}
+		for _, h := range got[1:] {
+			assert.Equal(t, got[0], h, "every process holds the key that won")
+		}
+		fi, err := os.Stat(path)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+		entries, err := os.ReadDir(filepath.Dir(path))
+		require.NoError(t, err)
+		assert.Len(t, entries, 1, "no temporary file is left")
+	})
+	t.Run("wrong size is an error, left alone", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "key")
+		require.NoError(t, os.WriteFile(path, []byte("short"), 0o600))
+		_, err := credential.LoadOrCreateSharedHasher(path)
+		require.ErrorIs(t, err, credential.ErrInvalidKey)
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, "short", string(data))
+	})
+}

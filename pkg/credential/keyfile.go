@@ -86,3 +86,64 @@ func writeFileSync(path string, data []byte, perm fs.FileMode) error {
 	defer d.Close()
 	return d.Sync()
 }
+
+// LoadOrCreateSharedHasher reads the hash key at path, or creates it when
+// it does not exist, for a key that several processes may create at the
+// same moment (each run of `pullguard credential-provider` announces with
+// the key beside its announcements). A new key is written to a temporary
+// file (mode 0600, fsynced) and linked into place only if path still does
+// not exist, so every process ends up with the one key that won; the
+// others' are discarded. Unlike LoadOrCreateHasher, a key of the wrong
+// size is an error and is left alone: it is not this process's to
+// replace while others may be using it.
+func LoadOrCreateSharedHasher(path string) (*Hasher, error) {
+	for attempt := 0; ; attempt++ {
+		key, err := os.ReadFile(path)
+		switch {
+		case err == nil:
+			h, err := NewHasher(key)
+			if err != nil {
+				return nil, fmt.Errorf("failed to read hash key %q: %w", path, err)
+			}
+			return h, nil
+		case !errors.Is(err, fs.ErrNotExist) || attempt > 0:
+			return nil, fmt.Errorf("failed to read hash key %q: %w", path, err)
+		}
+		if err := linkNewKey(path); err != nil {
+			return nil, fmt.Errorf("failed to create hash key %q: %w", path, err)
+		}
+	}
+}
+
+// linkNewKey writes a new random key beside path and links it at path
+// unless something is there already (then that one stands).
+func linkNewKey(path string) error {
+	key := make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(key)
+	if err == nil {
+		err = f.Chmod(0o600)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
+}
