@@ -157,3 +157,47 @@ func describeJSONError(err error) error {
 		return errors.New("response cannot be decoded")
 	}
 }
+
+// Request is what a pass-through reads of a CredentialProviderRequest
+// (see Passthrough): its apiVersion, which the response must carry, the
+// image, and whether it carries a service account token (the answer is
+// then a pod's service account's, never the node's).
+type Request struct {
+	APIVersion          string
+	Image               string
+	ServiceAccountToken string
+}
+
+// requestKind is the kind of every CredentialProviderRequest.
+const requestKind = "CredentialProviderRequest"
+
+// DecodeRequest reads a CredentialProviderRequest of any version (their
+// JSON is the same), checking its kind and that its apiVersion is one this
+// package knows. Unknown fields are ignored. Errors never quote the data,
+// which may hold a service account token.
+func DecodeRequest(data []byte) (Request, error) {
+	var w struct {
+		APIVersion          string `json:"apiVersion"`
+		Kind                string `json:"kind"`
+		Image               string `json:"image"`
+		ServiceAccountToken string `json:"serviceAccountToken"`
+	}
+	if err := json.Unmarshal(data, &w); err != nil {
+		return Request{}, describeJSONError(err)
+	}
+	if w.Kind != requestKind {
+		return Request{}, fmt.Errorf("request kind is not %s", requestKind)
+	}
+	if !knownRequestVersion(w.APIVersion) {
+		return Request{}, errors.New("request apiVersion is not a credentialprovider.kubelet.k8s.io version")
+	}
+	if w.Image == "" {
+		return Request{}, errors.New("request has no image")
+	}
+	return Request{APIVersion: w.APIVersion, Image: w.Image, ServiceAccountToken: w.ServiceAccountToken}, nil
+}
+
+func knownRequestVersion(v string) bool {
+	gv, err := schema.ParseGroupVersion(v)
+	return err == nil && gv.Group == credentialproviderapi.GroupName && requestScheme.IsVersionRegistered(gv)
+}

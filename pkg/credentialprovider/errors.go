@@ -86,6 +86,10 @@ type PluginError struct {
 // Error implements error.
 func (e *PluginError) Error() string {
 	msg := fmt.Sprintf("credential provider plugin %q for image %q: %s", e.Plugin, e.Image, e.Detail)
+	if e.Image == "" {
+		// A pass-through run (Passthrough) is for no image of its own.
+		msg = fmt.Sprintf("credential provider plugin %q: %s", e.Plugin, e.Detail)
+	}
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}

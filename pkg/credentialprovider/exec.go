@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,6 +35,10 @@ type runSpec struct {
 	stdin []byte
 	// limits on what is kept of stdout and stderr; more is an error.
 	stdoutMax, stderrMax int
+	// stdoutTo, when set, makes the run a pass-through: it gets a copy of
+	// all of stdout as it comes, and an output over its limit is cut
+	// (what is kept stops growing) instead of killing the plugin.
+	stdoutTo io.Writer
 }
 
 // runResult is what came back from a run that could be started. stderr is
@@ -42,6 +47,11 @@ type runResult struct {
 	stdout   []byte
 	stderr   []byte
 	exitCode int // -1 when killed by a signal
+	// signal is the signal that killed the plugin, or 0.
+	signal syscall.Signal
+	// stdoutCut and stderrCut: a pass-through kept only the first
+	// stdoutMax or stderrMax bytes.
+	stdoutCut, stderrCut bool
 }
 
 // runFailure classifies why a started run failed.
@@ -125,9 +135,16 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	var readers sync.WaitGroup
 	var stdout, stderr limitedBuffer
 	stdout.max, stderr.max = spec.stdoutMax, spec.stderrMax
+	stdout.tee = spec.stdoutTo
+	onOverflow := func(which string) func() {
+		if spec.stdoutTo != nil {
+			return func() {} // a pass-through only cuts
+		}
+		return func() { overflow <- which; kill() }
+	}
 	readers.Add(2)
-	go drain(&readers, outR, &stdout, func() { overflow <- "stdout"; kill() })
-	go drain(&readers, errR, &stderr, func() { overflow <- "stderr"; kill() })
+	go drain(&readers, outR, &stdout, onOverflow("stdout"))
+	go drain(&readers, errR, &stderr, onOverflow("stderr"))
 
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -158,8 +175,12 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	_ = inW.Close()
 
 	res.stdout, res.stderr = stdout.buf, stderr.buf
+	res.stdoutCut, res.stderrCut = stdout.over, stderr.over
 	if ee := (*exec.ExitError)(nil); errors.As(waitErr, &ee) {
 		res.exitCode = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			res.signal = ws.Signal()
+		}
 	}
 
 	select {
@@ -211,10 +232,14 @@ func withTimeout(ctx context.Context, c clock.Clock, d time.Duration) (context.C
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// limitedBuffer keeps up to max bytes.
+// limitedBuffer keeps up to max bytes; over says more came. tee, when
+// set, gets a copy of everything (its errors are ignored: a reader that
+// went away must not stall the plugin).
 type limitedBuffer struct {
-	buf []byte
-	max int
+	buf  []byte
+	max  int
+	over bool
+	tee  io.Writer
 }
 
 // drain copies r into b until end of file. Past b.max it calls onOverflow
@@ -223,12 +248,18 @@ func drain(wg *sync.WaitGroup, r *os.File, b *limitedBuffer, onOverflow func()) 
 	defer wg.Done()
 	defer r.Close()
 	chunk := make([]byte, 32*1024)
-	over := false
 	for {
 		n, err := r.Read(chunk)
-		if n > 0 && !over {
+		if n > 0 && b.tee != nil {
+			if _, werr := b.tee.Write(chunk[:n]); werr != nil {
+				b.tee = nil
+			}
+		}
+		if n > 0 && !b.over {
 			if len(b.buf)+n > b.max {
-				over = true
+				// A pass-through keeps what fits, up to the limit.
+				b.buf = append(b.buf, chunk[:b.max-len(b.buf)]...)
+				b.over = true
 				onOverflow()
 			} else {
 				b.buf = append(b.buf, chunk[:n]...)

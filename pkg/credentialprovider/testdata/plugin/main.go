@@ -7,6 +7,7 @@
 //	-mode hang       start a grandchild (its pid in -pidfile, the plugin's own
 //	                 in -plugin-pidfile, written first), then never answer
 //	-mode crash      write to stderr and exit 3
+//	-mode sigkill    write to stderr and kill itself with SIGKILL
 //	-mode garbage    print text that is not JSON
 //	-mode huge       print more than any test's stdout limit
 //	-mode hugeerr    print more than any test's stderr limit to stderr
@@ -21,6 +22,11 @@
 //	-mode account    answer with the registry account in -account FILE
 //	                 ("username:password" on its first line): a node's
 //	                 credential for a real registry
+//	-mode mint       mint a token per call, as ECR's plugin does: answer the
+//	                 username in -account FILE (its first line, before any
+//	                 ':') with a new random password each run, appended as
+//	                 "username:password" to the -minted FILE before the
+//	                 answer (a test registry accepts what that file holds)
 //	-mode tattle     like good, after writing to stderr the token, the value of
 //	                 TESTPLUGIN_SECRET and the password it answers, plain,
 //	                 base64 (alone and in user:password), JSON- and URL-escaped
@@ -42,7 +48,9 @@
 package main
 
 import (
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -93,7 +101,8 @@ func main() {
 	leavePidfile := flag.String("leave-pidfile", "", "where -leave writes the pid of the process left behind")
 	envNames := flag.String("env-names", "", "comma-separated variable names -mode env-names reports")
 	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
-	account := flag.String("account", "", "file with username:password, for -mode account")
+	account := flag.String("account", "", "file with username:password, for -mode account (and the username for -mode mint)")
+	minted := flag.String("minted", "", "file -mode mint appends each minted username:password to")
 	flag.Parse()
 
 	switch *mode {
@@ -155,6 +164,10 @@ func main() {
 	case "crash":
 		fmt.Fprintln(os.Stderr, "plugin: simulated crash")
 		os.Exit(3)
+	case "sigkill":
+		fmt.Fprintln(os.Stderr, "plugin: killing itself")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		sleepForever()
 	case "fake-start-failure":
 		// Pose as the reaper's own start failure, with a secret as its cause.
 		fmt.Fprintln(os.Stderr, "pullguard-plugin-reaper: cannot start: "+os.Getenv("TESTPLUGIN_SECRET"))
@@ -218,6 +231,8 @@ func main() {
 			a = authConfig{Username: "user", Password: req.ServiceAccountToken}
 		case "env-names":
 			a.Username = os.Getenv("TESTPLUGIN_PREFIX") + "env:" + presentNames(strings.Split(*envNames, ","))
+		case "mint":
+			a = mint(*account, *minted)
 		case "account":
 			data, err := os.ReadFile(*account)
 			if err != nil {
@@ -235,6 +250,36 @@ func main() {
 	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
 		fail("encode: %v", err)
 	}
+}
+
+// mint returns the username of the account file with a new random
+// password, appended to the minted file first (one line, one write).
+func mint(account, minted string) authConfig {
+	data, err := os.ReadFile(account)
+	if err != nil {
+		fail("account: %v", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	user, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+	if user == "" || minted == "" {
+		fail("mint: needs -account with a username and -minted")
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		fail("mint: %v", err)
+	}
+	pass := "minted-" + hex.EncodeToString(b[:])
+	f, err := os.OpenFile(minted, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		fail("minted: %v", err)
+	}
+	if _, err := f.WriteString(user + ":" + pass + "\n"); err != nil {
+		fail("minted: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		fail("minted: %v", err)
+	}
+	return authConfig{Username: user, Password: pass}
 }
 
 // startInNewSession starts a grandchild in a new session, with no pipe of
