@@ -42,6 +42,28 @@ func WithNodeKeyring(k keyring.Keyring, timeout time.Duration) Option {
 	return func(s *Server) { s.node, s.nodeTimeout = k, timeout }
 }
 
+// AnnouncedCredentials tells which credentials the node's credential
+// provider plugins handed the kubelet, when the kubelet runs them through
+// `pullguard credential-provider` (announce.Board). Source returns the
+// node source of the announcement that covers auth (a pull's credential,
+// canonical fields) for the image im, or false. It must be cheap and
+// never block on a plugin: it is asked in every pull whose credential no
+// record answered.
+type AnnouncedCredentials interface {
+	Source(im keyring.Image, auth credential.AuthConfig) (credential.Source, bool)
+}
+
+// WithAnnouncedCredentials tells the proxy the credentials that wrapped
+// plugins announced: a forwarded pull whose credential is one of them for
+// the pulled image is recorded with that node source (the image becomes
+// node-accessible), as for a credential of WithNodeKeyring. This is what
+// recognises a plugin that mints a token per call, whose token the
+// node keyring's own run of the plugin never sees. Asked before the node
+// keyring.
+func WithAnnouncedCredentials(a AnnouncedCredentials) Option {
+	return func(s *Server) { s.announced = a }
+}
+
 // nodeLookup is one node keyring answer.
 type nodeLookup struct {
 	creds []credential.Credential
@@ -49,12 +71,22 @@ type nodeLookup struct {
 }
 
 // nodeSource returns the source of the node credential that cred is for
-// image (registry: the image's), or false when it is none of them, or the
-// node keyring could not tell in time.
-func (s *Server) nodeSource(ctx context.Context, logger klog.Logger, image, registry string, cred credential.Credential) (credential.Source, bool) {
-	if s.node == nil || cred.Anonymous() {
+// image (im: the image parsed), or false when it is none of them, or the
+// node keyring could not tell in time. Announced credentials are asked
+// first: they cost no plugin run.
+func (s *Server) nodeSource(ctx context.Context, logger klog.Logger, image string, im keyring.Image, cred credential.Credential) (credential.Source, bool) {
+	if cred.Anonymous() {
 		return credential.Source{}, false
 	}
+	if s.announced != nil {
+		if src, ok := s.announced.Source(im, cred.Auth); ok {
+			return src, true
+		}
+	}
+	if s.node == nil {
+		return credential.Source{}, false
+	}
+	registry := im.Registry
 	done := make(chan nodeLookup, 1)
 	go func() {
 		creds, err := s.node.Lookup(context.WithoutCancel(ctx), image)

@@ -95,7 +95,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	s.calls.forget(image) // the pull may move the tag
 	rec := cred
-	if src, ok := s.nodeSource(ctx, logger, image, im.Registry, cred); ok {
+	if src, ok := s.nodeSource(ctx, logger, image, im, cred); ok {
 		rec.Source = src
 	} else if !cred.Anonymous() {
 		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)

@@ -65,6 +65,9 @@ type Server struct {
 	node        keyring.Keyring
 	nodeTimeout time.Duration
 	nodeFailing atomic.Bool
+	// announced gives the credentials wrapped plugins handed the kubelet
+	// (nil: none; see WithAnnouncedCredentials).
+	announced AnnouncedCredentials
 }
 
 // DefaultPruneInterval is how often, at most, a full ListImages (the
