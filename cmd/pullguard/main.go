@@ -1,5 +1,6 @@
 // Command pullguard holds pullguard's command line: run, serve, records,
-// doctor, demo and registry. It plays the kubelet's part for images on a node: it
+// doctor, demo, registry, and credential-provider (the kubelet's
+// credential provider plugins run through pullguard). It plays the kubelet's part for images on a node: it
 // ensures pods' images with the KubeletEnsureSecretPulledImages protection,
 // so that an image pulled with one tenant's credentials is never handed to
 // another tenant's pod that cannot prove access to it.
@@ -35,9 +36,15 @@ func execute(root *cobra.Command) int {
 	defer logs.FlushLogs()
 	err := root.Execute()
 	var stopped *stoppedError
+	var plugin *pluginStatus
 	switch {
 	case err == nil, errors.Is(err, errVersionPrinted):
 		return 0
+	case errors.As(err, &plugin):
+		// credential-provider ends as its plugin did; the plugin's stderr
+		// said why.
+		logs.FlushLogs()
+		return plugin.exit()
 	case errors.As(err, &stopped):
 		fmt.Fprintln(os.Stderr, "pullguard:", sanitize(err.Error()))
 		return stopped.code()
@@ -83,6 +90,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand(), newCredentialProviderCommand())
 	return root
 }

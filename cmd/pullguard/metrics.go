@@ -16,6 +16,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/pkg/announce"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 )
@@ -33,6 +34,7 @@ func registerMetrics() {
 		all = append(all, imagemanager.Metrics()...)
 		all = append(all, credentialprovider.Metrics()...)
 		all = append(all, criproxy.Metrics()...)
+		all = append(all, announce.Metrics()...)
 		for _, m := range all {
 			if err := legacyregistry.Register(m); err != nil {
 				var already prometheus.AlreadyRegisteredError

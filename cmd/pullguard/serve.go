@@ -22,6 +22,7 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/pkg/announce"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/criruntime"
@@ -246,7 +247,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 			return err
 		}
 		defer stopProviders()
-		opts = append(opts, criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout))
+		opts = append(opts, criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout),
+			// What `pullguard credential-provider` announced: the node's
+			// credentials from plugins that mint a token per call.
+			criproxy.WithAnnouncedCredentials(announce.NewBoard(filepath.Join(o.rootDir, announce.Dir), announce.WithLogger(logger))))
 	}
 	srv, err := criproxy.New(backend, tracker, hasher, opts...)
 	if err != nil {
