@@ -41,8 +41,12 @@ type registry struct {
 	proc    *child
 	syncN   int
 
-	mu     sync.Mutex
-	users  map[string]string   // user -> password
+	mu    sync.Mutex
+	users map[string]string // user -> password
+	// minted is a file of "user:password" lines, one per token a
+	// token-per-call plugin minted (the test plugin's -mode mint): each
+	// is a valid password of its user, as ECR's tokens are.
+	minted string
 	grants map[string][]string // user ("" = anyone) -> repository prefixes it may pull
 	// badLogins counts, per user name, the token requests refused for a
 	// wrong password.
@@ -154,6 +158,34 @@ func (r *registry) password(user string) string {
 	return r.users[user]
 }
 
+// acceptMinted makes every "user:password" line of file (read at each
+// token request) a valid password of its user.
+func (r *registry) acceptMinted(file string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.minted = file
+}
+
+// validPassword reports whether password is user's, or one minted for it.
+func (r *registry) validPassword(user, password string) bool {
+	if want, ok := r.users[user]; ok && want == password {
+		return true
+	}
+	if r.minted == "" {
+		return false
+	}
+	data, err := os.ReadFile(r.minted)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if u, p, ok := strings.Cut(line, ":"); ok && u == user && p == password {
+			return true
+		}
+	}
+	return false
+}
+
 // grant lets user ("" for anyone) pull every repository under prefix.
 func (r *registry) grant(user, prefix string) {
 	r.mu.Lock()
@@ -234,7 +266,7 @@ func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if withCreds {
-		if want, ok := r.users[user]; !ok || want != password {
+		if !r.validPassword(user, password) {
 			r.badLogins[user]++
 			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"bad credentials"}]}`, http.StatusUnauthorized)
 			return
