@@ -251,6 +251,19 @@ func TestWriterBounds(t *testing.T) {
 		assert.NoFileExists(t, leftover)
 		assert.FileExists(t, fresh, "a temporary file another writer may be writing stays")
 	})
+	t.Run("matchImages that never match left out", func(t *testing.T) {
+		f := newFixture(t)
+		f.write(t, ecrAnswer(announce.ScopeGlobal, time.Hour, ecrA+"/*", ecrA+"/team"))
+		b := f.board()
+		_, ok := b.Source(image(t, ecrA+"/team/app"), token(tokenOne))
+		assert.True(t, ok, "the entry that matches still counts")
+		_, ok = b.Source(image(t, ecrA+"/other/app"), token(tokenOne))
+		assert.False(t, ok, "the entry with a wildcard in its path matches nothing, as in the kubelet")
+
+		g := newFixture(t)
+		g.write(t, ecrAnswer(announce.ScopeGlobal, time.Hour, ecrA+"/*"))
+		assert.Empty(t, entries(t, g.dir), "no matchImages entry can match: nothing is announced")
+	})
 	t.Run("nothing to announce", func(t *testing.T) {
 		f := newFixture(t)
 		a := ecrAnswer(announce.ScopeRegistry, time.Hour)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/pullguard/pullguard/internal/safedecode"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -122,7 +123,7 @@ func Decode(data []byte) (*Announcement, error) {
 	dec.DisallowUnknownFields()
 	var w wire
 	if err := dec.Decode(&w); err != nil {
-		return nil, describeJSONError(err)
+		return nil, errors.New(safedecode.Describe(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, errors.New("trailing data after the announcement")
@@ -194,23 +195,4 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-// describeJSONError turns a decoding error into a message without any of
-// the input.
-func describeJSONError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Errorf("malformed JSON at offset %d", syn.Offset)
-	case errors.As(err, &typ):
-		return fmt.Errorf("field %q has the wrong JSON type", typ.Field)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return errors.New("truncated")
-	default:
-		// DisallowUnknownFields' error quotes the field's name only, which
-		// a writer of this package never sets: not shown.
-		return errors.New("not a valid announcement")
-	}
 }

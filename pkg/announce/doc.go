@@ -31,5 +31,6 @@
 //
 // pkg/criproxy asks a Board (criproxy.WithAnnouncedCredentials) and
 // cmd/pullguard writes with a Writer; it depends on pkg/credential,
-// pkg/keyring, internal/boundedread, klog and component-base metrics.
+// pkg/keyring, internal/boundedread, internal/safedecode, klog and
+// component-base metrics.
 package announce

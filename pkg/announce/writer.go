@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pullguard/pullguard/pkg/credential"
+	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
 // Dir is the announcements' directory under serve's root directory.
@@ -123,7 +124,19 @@ func (w *Writer) Write(ans Answer) error {
 	now := w.clock.Now()
 	a := Announcement{
 		Provider: ans.Provider, Image: ans.Image, Scope: ans.CacheKeyType,
-		MatchImages: ans.MatchImages, ExpiresAt: now.Add(ans.CacheDuration + w.grace),
+		ExpiresAt: now.Add(ans.CacheDuration + w.grace),
+	}
+	// A matchImages entry the keyring cannot parse (a wildcard in the
+	// path, which the kubelet loads and never matches) matches nothing:
+	// left out. If that leaves none, the kubelet hands the answer out for
+	// no image.
+	for _, m := range ans.MatchImages {
+		if _, err := keyring.ParsePattern(m); err == nil {
+			a.MatchImages = append(a.MatchImages, m)
+		}
+	}
+	if len(ans.MatchImages) > 0 && len(a.MatchImages) == 0 {
+		return nil
 	}
 	if ans.CacheDuration <= 0 {
 		// The kubelet hands an answer it does not cache out only for the

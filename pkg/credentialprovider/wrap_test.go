@@ -27,8 +27,9 @@ func ecrEntry() configv1.CredentialProvider {
 	}
 }
 
-// wrappedYAML is the entry of ecrEntry as WrapProvider rewrites it, as
-// docs/serve.md shows it.
+// wrappedYAML is the entry of ecrEntry as WrapProvider rewrites it: the
+// "after" of docs/serve.md ("Plugins that mint a token per call"), there
+// in flow style.
 const wrappedYAML = `apiVersion: credentialprovider.kubelet.k8s.io/v1
 args:
 - credential-provider

@@ -106,21 +106,9 @@ func mintedNodeCredentials(t *testing.T, m mode, wrapped bool, bins binaries, po
 		require.NoError(t, os.WriteFile(account, []byte(nodeMintUser+"\n"), 0o600))
 		minted = filepath.Join(dir, "minted")
 		c.reg.acceptMinted(minted)
-		providers := filepath.Join(c.dir, "credential-providers.yaml")
-		require.NoError(t, os.WriteFile(providers, []byte(mintProvider(c.reg.addr, account, minted, filepath.Join(c.dir, "pullguard"), wrapped)), 0o644))
-		flags := []string{"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", plugins}
-		c.mode.kubeletArgs = append(c.mode.kubeletArgs, flags...)
-		if c.mode.proxy {
-			c.mode.serveArgs = append(c.mode.serveArgs, flags...)
-		}
+		c.useProviders(mintProvider(c.reg.addr, account, minted, filepath.Join(c.dir, "pullguard"), wrapped), plugins)
 	})
-	*podLogs = append(*podLogs, c.dir+"/pod-logs")
-	w := &world{ctx: ctx, c: c}
-	var err error
-	w.a, err = c.newTenant(ctx, "team-a", "alice")
-	require.NoError(t, err)
-	w.b, err = c.newTenant(ctx, "team-b", "bob")
-	require.NoError(t, err)
+	w := twoTenants(t, ctx, c, podLogs)
 	a, b := w.a, w.b
 
 	w.step(t, "a pod of no secret pulls the node account's image with a minted token", func(t *testing.T) {

@@ -65,6 +65,32 @@ func buildTestPlugin(t *testing.T, bin string) {
 	require.NoError(t, err, "build the test plugin: %s", out)
 }
 
+// useProviders writes the kubelet's credential provider configuration
+// and names it, with the plugins' bin directory, on the kubelet's command
+// line and, behind serve, on serve's: they read the same file.
+func (c *cluster) useProviders(config, bin string) {
+	providers := filepath.Join(c.dir, "credential-providers.yaml")
+	require.NoError(c.t, os.WriteFile(providers, []byte(config), 0o644))
+	flags := []string{"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", bin}
+	c.mode.kubeletArgs = append(c.mode.kubeletArgs, flags...)
+	if c.mode.proxy {
+		c.mode.serveArgs = append(c.mode.serveArgs, flags...)
+	}
+}
+
+// twoTenants is the world of the running node c with tenants A (alice,
+// team-a) and B (bob, team-b); the pods' logs are kept with podLogs.
+func twoTenants(t *testing.T, ctx context.Context, c *cluster, podLogs *[]string) *world {
+	*podLogs = append(*podLogs, c.dir+"/pod-logs")
+	w := &world{ctx: ctx, c: c}
+	var err error
+	w.a, err = c.newTenant(ctx, "team-a", "alice")
+	require.NoError(t, err)
+	w.b, err = c.newTenant(ctx, "team-b", "bob")
+	require.NoError(t, err)
+	return w
+}
+
 // The node's accounts and their repositories.
 const (
 	nodeFileUser   = "node-file"   // in the kubelet's config.json
@@ -103,8 +129,7 @@ func nodeCredentials(t *testing.T, m mode, bins binaries, podLogs *[]string, plu
 		// The plugin, as the kubelet's provider configuration names it.
 		account := filepath.Join(c.mkdir("plugin"), "account")
 		require.NoError(t, os.WriteFile(account, []byte(nodePluginUser+":"+c.reg.password(nodePluginUser)+"\n"), 0o600))
-		providers := filepath.Join(c.dir, "credential-providers.yaml")
-		require.NoError(t, os.WriteFile(providers, []byte(fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
+		c.useProviders(fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
 providers:
 - name: pg-test-plugin
@@ -112,20 +137,9 @@ providers:
   matchImages: [%q]
   defaultCacheDuration: 10m
   args: [-mode, account, -account, %q, -auth-keys, %q]
-`, c.reg.addr, account, c.reg.addr)), 0o644))
-		flags := []string{"--image-credential-provider-config", providers, "--image-credential-provider-bin-dir", plugins}
-		c.mode.kubeletArgs = append(c.mode.kubeletArgs, flags...)
-		if c.mode.proxy {
-			c.mode.serveArgs = append(c.mode.serveArgs, flags...)
-		}
+`, c.reg.addr, account, c.reg.addr), plugins)
 	})
-	*podLogs = append(*podLogs, c.dir+"/pod-logs")
-	w := &world{ctx: ctx, c: c}
-	var err error
-	w.a, err = c.newTenant(ctx, "team-a", "alice")
-	require.NoError(t, err)
-	w.b, err = c.newTenant(ctx, "team-b", "bob")
-	require.NoError(t, err)
+	w := twoTenants(t, ctx, c, podLogs)
 	a, b := w.a, w.b
 
 	if m.proxy {
