@@ -28,13 +28,15 @@ const DefaultNodeLookupTimeout = 10 * time.Second
 // credential for every pod's pull of the image anyway. Any other
 // credential stays a secret entry of the pod's namespace (recordSource).
 //
-// A look-up waits at most timeout (<= 0: DefaultNodeLookupTimeout) and
-// never fails the pull: when k fails or is too slow, the credential is
-// filed as the pod's (fail-closed: the image costs other pods a
-// verification), and the failure is logged once until a look-up succeeds
-// again. The look-up goes on after the pull stops waiting (k bounds its
-// own work: a plugin has its timeout), so that its answer is cached for
-// the next pull.
+// The look-up runs beside the pull, from its start, and a pull that
+// succeeded waits for it at most timeout from then (<= 0:
+// DefaultNodeLookupTimeout), so that it adds nothing to a pull that takes
+// longer. It never fails the pull: when k fails or is too slow, the
+// credential is filed as the pod's (fail-closed: the image costs other
+// pods a verification), and the failure is logged once until a look-up
+// succeeds again. The look-up goes on after the pull stops waiting (k
+// bounds its own work: a plugin has its timeout), so that its answer is
+// cached for the next pull.
 func WithNodeKeyring(k keyring.Keyring, timeout time.Duration) Option {
 	if timeout <= 0 {
 		timeout = DefaultNodeLookupTimeout
@@ -70,36 +72,48 @@ type nodeLookup struct {
 	err   error
 }
 
-// nodeSource returns the source of the node credential that cred is for
-// image (im: the image parsed), or false when it is none of them, or the
-// node keyring could not tell in time. Announced credentials are asked
-// first: they cost no plugin run.
-func (s *Server) nodeSource(ctx context.Context, logger klog.Logger, image string, im keyring.Image, cred credential.Credential) (credential.Source, bool) {
+// startNodeSource starts finding the source of the node credential that
+// cred is for image (im: the image parsed) and returns the function that
+// gives it: false when cred is none of them, or the node keyring could not
+// tell within the node look-up's time from now. Announced credentials are
+// asked at once: they cost no plugin run; the node keyring is asked in
+// the background, so that a slow plugin runs beside the pull instead of
+// before it, and waited for only by a pull that succeeded.
+func (s *Server) startNodeSource(ctx context.Context, logger klog.Logger, image string, im keyring.Image, cred credential.Credential) func() (credential.Source, bool) {
+	none := func() (credential.Source, bool) { return credential.Source{}, false }
 	if cred.Anonymous() {
-		return credential.Source{}, false
+		return none
 	}
 	if s.announced != nil {
 		if src, ok := s.announced.Source(im, cred.Auth); ok {
-			return src, true
+			return func() (credential.Source, bool) { return src, true }
 		}
 	}
 	if s.node == nil {
-		return credential.Source{}, false
+		return none
 	}
-	registry := im.Registry
 	done := make(chan nodeLookup, 1)
 	go func() {
 		creds, err := s.node.Lookup(context.WithoutCancel(ctx), image)
 		done <- nodeLookup{creds: creds, err: err}
 	}()
-	wait, cancel := context.WithTimeout(ctx, s.nodeTimeout)
-	defer cancel()
-	var res nodeLookup
-	select {
-	case res = <-done:
-	case <-wait.Done():
-		res.err = fmt.Errorf("the node keyring did not answer within %v", s.nodeTimeout)
+	deadline := time.Now().Add(s.nodeTimeout)
+	return func() (credential.Source, bool) {
+		wait, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		var res nodeLookup
+		select {
+		case res = <-done:
+		case <-wait.Done():
+			res.err = fmt.Errorf("the node keyring did not answer within %v", s.nodeTimeout)
+		}
+		return s.matchNode(logger, im.Registry, cred, res)
 	}
+}
+
+// matchNode returns the source of the node credential of res equal to
+// cred, presented to registry.
+func (s *Server) matchNode(logger klog.Logger, registry string, cred credential.Credential, res nodeLookup) (credential.Source, bool) {
 	for _, c := range res.creds {
 		if c.Source.Kind != credential.SourceNode {
 			continue

@@ -342,3 +342,39 @@ func TestStaticPodPullsWithTheNodeCredential(t *testing.T) {
 	assert.Equal(t, pulls, after, "with no pull")
 	e.assertNoLeak(t, nodePass)
 }
+
+// TestNodeLookupRunsBesideThePull: the node keyring (a plugin run, say) is
+// asked beside the pull, not before it: here it can answer only once the
+// runtime's pull has begun, and the pull's credential is still found to be
+// the node's. Asked before the pull, the look-up would wait out its limit
+// and the image would be filed as the pod's.
+func TestNodeLookupRunsBesideThePull(t *testing.T) {
+	pulling := make(chan struct{})
+	kr := keyring.Func(func(ctx context.Context, _ string) ([]credential.Credential, error) {
+		select {
+		case <-pulling:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return []credential.Credential{{Registry: reg, Auth: credential.AuthConfig{Username: nodeUser, Password: nodePass},
+			Source: credential.Source{Kind: credential.SourceNode, Name: "slow-plugin"}}}, nil
+	})
+	e := newNodeEnv(t, nil, kr, 5*time.Second)
+	entered := make(chan string, 1)
+	e.fake.mu.Lock()
+	e.fake.entered = entered
+	e.fake.mu.Unlock()
+	go func() {
+		<-entered
+		close(pulling)
+	}()
+	image := reg + "/team-a/app:v1"
+	e.fake.publish(t, image, id(1), nodeUser+":"+nodePass)
+
+	_, err := e.newPod("team-a", nil).ensure(t, image, nodeUser, nodePass)
+
+	require.NoError(t, err)
+	assert.True(t, e.nodeAccessible(t, image), "the look-up that finished during the pull found the node's credential")
+	assert.NotContains(t, e.logs.String(), "Could not tell whether a pull's credential is the node's")
+	e.assertNoLeak(t, nodePass)
+}

@@ -95,13 +95,22 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 
 	s.calls.forget(image) // the pull may move the tag
 	rec := cred
-	if src, ok := s.nodeSource(ctx, logger, image, im, cred); ok {
-		rec.Source = src
-	} else if !cred.Anonymous() {
+	if !cred.Anonymous() {
 		rec.Source = recordSource(meta.GetNamespace(), cred.Hash)
 	}
+	// Whether the credential is the node's is asked beside the pull, and
+	// waited for only when the pull succeeded.
+	node := s.startNodeSource(ctx, logger, image, im, cred)
 	res, err := s.puller.Pull(klog.NewContext(ctx, podLogger), guardedpull.Request{
-		Spec: spec, Sandbox: req.GetSandboxConfig(), Attempts: []guardedpull.Attempt{{Auth: req.GetAuth(), Credential: rec}},
+		Spec: spec, Sandbox: req.GetSandboxConfig(), Attempts: []guardedpull.Attempt{{
+			Auth: req.GetAuth(), Credential: rec,
+			SourceOf: func() credential.Source {
+				if src, ok := node(); ok {
+					return src
+				}
+				return rec.Source
+			},
+		}},
 	})
 	switch {
 	case errors.Is(err, guardedpull.ErrNoIntent):
@@ -140,11 +149,11 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred)
 	if !res.Attempted {
 		countDecision("PullImage", "verified", 0)
-		logger.V(2).Info("The registry served the present image's manifest to the credential; recorded, without the runtime's pull", "imageRef", res.ID, "credential", rec.Source.String())
+		logger.V(2).Info("The registry served the present image's manifest to the credential; recorded, without the runtime's pull", "imageRef", res.ID, "credential", res.Credential.Source.String())
 		return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
 	}
 	countDecision("PullImage", "forwarded", 0)
-	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", rec.Source.String())
+	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", res.Credential.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
 }
 

@@ -102,6 +102,12 @@ type Attempt struct {
 	// Verifier presents to the registry, so that what the registry served
 	// to is what is recorded.
 	Credential credential.Credential
+	// SourceOf, when set, gives the Source a pull this attempt succeeded
+	// with is recorded under, in place of Credential's: asked once, after
+	// the pull succeeded, so that a slow answer (the proxy's look-up of
+	// the node's own credentials) runs beside the pull instead of before
+	// it.
+	SourceOf func() credential.Source
 }
 
 // Result is what a pull did.
@@ -215,7 +221,7 @@ func (p *Puller) attempt(ctx context.Context, req Request) (Result, presence, er
 					return res, before, redacted(err, secrets)
 				}
 				if hit >= 0 {
-					return Result{Ref: before.id, ID: before.id, Image: before.img, Credential: attempts[hit].Credential, Contacted: true}, before, nil
+					return Result{Ref: before.id, ID: before.id, Image: before.img, Credential: attempts[hit].recorded(), Contacted: true}, before, nil
 				}
 			}
 		}
@@ -236,7 +242,7 @@ func (p *Puller) attempt(ctx context.Context, req Request) (Result, presence, er
 				if img.GetId() != "" {
 					id = img.GetId()
 				}
-				return Result{Ref: ref, ID: id, Image: img, Credential: a.Credential, Attempted: true, Contacted: true}, before, nil
+				return Result{Ref: ref, ID: id, Image: img, Credential: a.recorded(), Attempted: true, Contacted: true}, before, nil
 			}
 		}
 		errs = append(errs, redacted(err, secrets))
@@ -326,6 +332,15 @@ func (p *Puller) log(ctx context.Context) klog.Logger {
 		return l
 	}
 	return p.logger
+}
+
+// recorded is the credential a pull a succeeded with is recorded with.
+func (a Attempt) recorded() credential.Credential {
+	c := a.Credential
+	if a.SourceOf != nil {
+		c.Source = a.SourceOf()
+	}
+	return c
 }
 
 // sent is the AuthConfig the runtime is sent for a.
