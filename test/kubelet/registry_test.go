@@ -20,9 +20,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,6 +54,17 @@ type registry struct {
 	// wrong password.
 	badLogins map[string]int
 	holds     map[string]*hold // request path -> the hold on it
+	// stalls are the requests held by client and path prefix.
+	stalls []*stall
+}
+
+// stall holds every request of one client (its User-Agent's product) for
+// paths under a prefix, until released or the client gives up.
+type stall struct {
+	agent, prefix string
+	released      chan struct{}
+	releaseOnce   sync.Once
+	held          atomic.Int32 // requests waiting now
 }
 
 // hold keeps the requests for one path waiting until it is released.
@@ -237,7 +250,49 @@ func (r *registry) refusedLogins(user string) int {
 	return r.badLogins[user]
 }
 
+// stall makes every request of client agent (the product of its
+// User-Agent, "pullguard" or "containerd") for a path under prefix wait,
+// before it reaches docker-registry, until release is called or the client
+// gives up: a tenant's registry that serves the runtime's pull and stalls
+// pullguard's own requests, telling them apart as a registry can.
+// held says how many requests it holds now.
+func (r *registry) stall(agent, prefix string) (held func() int, release func()) {
+	s := &stall{agent: agent, prefix: prefix, released: make(chan struct{})}
+	r.mu.Lock()
+	r.stalls = append(r.stalls, s)
+	r.mu.Unlock()
+	return func() int { return int(s.held.Load()) }, func() {
+		r.mu.Lock()
+		r.stalls = slices.DeleteFunc(r.stalls, func(x *stall) bool { return x == s })
+		r.mu.Unlock()
+		s.releaseOnce.Do(func() { close(s.released) })
+	}
+}
+
+// stalled is the stall req falls under, if any.
+func (r *registry) stalled(req *http.Request) *stall {
+	product, _, _ := strings.Cut(req.UserAgent(), "/")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.stalls {
+		if s.agent == product && strings.HasPrefix(req.URL.Path, s.prefix) {
+			return s
+		}
+	}
+	return nil
+}
+
 func (r *registry) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if s := r.stalled(req); s != nil {
+		s.held.Add(1)
+		select {
+		case <-s.released:
+			s.held.Add(-1)
+		case <-req.Context().Done():
+			s.held.Add(-1)
+			return
+		}
+	}
 	if req.URL.Path != "/token" {
 		r.mu.Lock()
 		h := r.holds[req.URL.Path]
