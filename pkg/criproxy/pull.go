@@ -117,6 +117,12 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
 		countDecision("PullImage", "failed", 0)
 		return nil, status.Errorf(codes.Unavailable, "pullguard could not record the pull of %q before pulling; not pulling", image)
+	case err != nil && ctx.Err() != nil:
+		// The kubelet gave up on the pull (the pod went away), whichever
+		// step it was at, serve's own checks included: the caller's
+		// code (Canceled), not a check's verdict.
+		countDecision("PullImage", "failed", 0)
+		return nil, backendError("PullImage", err)
 	case errors.Is(err, guardedpull.ErrRefused):
 		// The registry's own answer to serve's manifest GET, given for
 		// the runtime's pull, which it would refuse the same. The error
@@ -127,7 +133,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 			code = codes.NotFound
 		}
 		return nil, status.Errorf(code, "failed to pull image %q: %v", image, err)
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+	case errors.Is(err, context.DeadlineExceeded):
 		// serve's own verification ran out of time (the kubelet's pull
 		// has no deadline of its own): a registry that stalls gets its
 		// pod this error, never a held pull slot.
