@@ -54,8 +54,11 @@ type serveOptions struct {
 	// registryConfigPath is containerd's registry config_path, for the
 	// verification requests.
 	registryConfigPath string
-	// registryTimeout bounds serve's own requests to a registry.
-	registryTimeout time.Duration
+	// registryTimeout bounds serve's own requests to a registry;
+	// registryTimeoutSet says it was given (else the default follows the
+	// kubelet's runtimeRequestTimeout: checkRegistryTimeout).
+	registryTimeout    time.Duration
+	registryTimeoutSet bool
 }
 
 // kubeletRuntimeRequestTimeout is the kubelet's default
@@ -88,6 +91,7 @@ socket removed.`,
   pullguard serve --listen unix:///tmp/pg.sock --root-dir /tmp/pg --image-service-endpoint embedded`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.registryTimeoutSet = cmd.Flags().Changed("registry-request-timeout")
 			return o.run(cmd.Context(), cmd.ErrOrStderr())
 		},
 	}
@@ -106,7 +110,7 @@ socket removed.`,
 	f.DurationVar(&o.grace, "shutdown-grace-period", 30*time.Second, "on SIGTERM, how long in-flight pulls may take before they are cancelled")
 	f.DurationVar(&o.answerWindow, "pull-answer-window", criproxy.DefaultAnswerWindow, "a pod's pull is answered from a record only this long after that pod's presence check reported the image absent (the kubelet's IfNotPresent path); other pulls (Always containers) go to the registry; 0 answers every pull with a recorded credential")
 	f.StringVar(&o.registryConfigPath, "registry-config-path", criruntime.DefaultRegistryConfigPath, "containerd's registry hosts directories (the config_path of its CRI registry configuration, separated by ':'; the default is containerd v2's): the verification of a pull reaches the registry through the same hosts.toml mirrors, CAs and client certificates as the runtime's pull; an absent directory, or \"\", is no configuration")
-	f.DurationVar(&o.registryTimeout, "registry-request-timeout", criproxy.DefaultVerificationTimeout, "how long serve's own requests to a registry may take: all of a pull's verifications (every host tried, token fetches and redirects included), and each connection, TLS handshake and wait for an answer's headers; a registry that does not answer by then fails the pull with DeadlineExceeded. Below the kubelet's runtimeRequestTimeout (--config's, else 2m)")
+	f.DurationVar(&o.registryTimeout, "registry-request-timeout", criproxy.DefaultVerificationTimeout, "how long serve's own requests to a registry may take: all of a pull's verifications (every host tried, token fetches and redirects included), and each connection, TLS handshake and wait for an answer's headers; a registry that does not answer by then fails the pull with DeadlineExceeded. Below the kubelet's runtimeRequestTimeout (--config's, else 2m); when not given and that is 30s or less, half of it")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	return cmd
 }
@@ -116,6 +120,8 @@ type checkedServe struct {
 	socket     string
 	settings   nodeconfig.Settings
 	unrecorded criproxy.UnrecordedImages
+	// registryTimeout is --registry-request-timeout, or its default.
+	registryTimeout time.Duration
 }
 
 func (o *serveOptions) check() (checkedServe, error) {
@@ -157,28 +163,40 @@ func (o *serveOptions) check() (checkedServe, error) {
 	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
 	}
-	if err := checkRegistryTimeout(o.registryTimeout, kc); err != nil {
+	timeout, warning, err := checkRegistryTimeout(o.registryTimeout, o.registryTimeoutSet, kc)
+	if err != nil {
 		return c, err
+	}
+	c.registryTimeout = timeout
+	if warning != "" {
+		c.settings.Warnings = append(c.settings.Warnings, warning)
 	}
 	return c, nil
 }
 
-// checkRegistryTimeout refuses a registry timeout that is not positive,
-// or not below the kubelet's runtimeRequestTimeout (kc's, else its
-// default): a registry that stalls serve must fail the pull by serve's
-// deadline, with an error naming it, before the kubelet's own.
-func checkRegistryTimeout(d time.Duration, kc *kubeletconfig.KubeletConfiguration) error {
+// checkRegistryTimeout returns the registry timeout serve uses: d, which
+// must be positive and below the kubelet's runtimeRequestTimeout (kc's,
+// else its default), the time the kubelet gives each of its other runtime
+// calls (it gives PullImage none), so that serve's own requests never hold
+// a pull longer than any runtime call may take. When d was not given (set
+// false) and the default is not below that, it is half of it, with a
+// warning to log: a kubelet configured with a short runtimeRequestTimeout
+// still gets its image service.
+func checkRegistryTimeout(d time.Duration, set bool, kc *kubeletconfig.KubeletConfiguration) (time.Duration, string, error) {
 	limit, source := kubeletRuntimeRequestTimeout, "the kubelet's default runtimeRequestTimeout"
 	if kc != nil && kc.RuntimeRequestTimeout.Duration > 0 {
 		limit, source = kc.RuntimeRequestTimeout.Duration, "the runtimeRequestTimeout of --config"
 	}
 	switch {
 	case d <= 0:
-		return fmt.Errorf("--registry-request-timeout must be positive, got %s", d)
+		return 0, "", fmt.Errorf("--registry-request-timeout must be positive, got %s", d)
+	case d >= limit && !set && limit/2 > 0:
+		half := limit / 2
+		return half, fmt.Sprintf("--registry-request-timeout is %s, half of %s (%s): its default, %s, is not below it", half, source, limit, d), nil
 	case d >= limit:
-		return fmt.Errorf("--registry-request-timeout must be below %s (%s), got %s: a registry that stalls serve must fail the pull before the kubelet gives up", source, limit, d)
+		return 0, "", fmt.Errorf("--registry-request-timeout must be below %s (%s), got %s: serve's own requests must not hold a pull longer than the kubelet gives any runtime call", source, limit, d)
 	}
-	return nil
+	return d, "", nil
 }
 
 func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
@@ -219,7 +237,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	defer lis.Close()
 
-	backend, err := o.openBackend(ctx, logger)
+	backend, err := o.openBackend(ctx, c, logger)
 	if err != nil {
 		return err
 	}
@@ -302,10 +320,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 // runtime GETs and hashes every manifest itself, and with the gate off
 // pulls behave as without the proxy: no check in either case.
 func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []criproxy.Option {
-	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow), criproxy.WithVerificationTimeout(o.registryTimeout)}
+	opts := []criproxy.Option{criproxy.WithLogger(logger), criproxy.WithAnswerWindow(o.answerWindow), criproxy.WithVerificationTimeout(c.registryTimeout)}
 	if !o.embedded() && c.settings.Gates.EnsureSecretPulledImages {
 		opts = append(opts, criproxy.WithManifestVerification(guardedpull.RegistryVerifier(
-			criruntime.WithRegistryConfigPath(o.registryConfigPath), criruntime.WithRegistryTimeout(o.registryTimeout))))
+			criruntime.WithRegistryConfigPath(o.registryConfigPath), criruntime.WithRegistryTimeout(c.registryTimeout))))
 	}
 	return opts
 }
@@ -319,10 +337,10 @@ func (o *serveOptions) backendName() string {
 	return o.backend
 }
 
-func (o *serveOptions) openBackend(ctx context.Context, logger klog.Logger) (criproxy.Backend, error) {
+func (o *serveOptions) openBackend(ctx context.Context, c checkedServe, logger klog.Logger) (criproxy.Backend, error) {
 	if o.embedded() {
 		return criruntime.NewEmbedded(filepath.Join(o.rootDir, podworkers.RuntimeDir), criruntime.WithLogger(logger),
-			criruntime.WithRegistryTimeout(o.registryTimeout))
+			criruntime.WithRegistryTimeout(c.registryTimeout))
 	}
 	return criproxy.DialBackend(ctx, o.backend, o.timeout)
 }

@@ -282,6 +282,44 @@ featureGates:
 	assert.FileExists(t, filepath.Join(d.root, "credtracker", "records.db"), "the protection keeps records")
 }
 
+// TestServeRegistryTimeoutBelowTheKubelets: the kubelet's
+// runtimeRequestTimeout may be set at or below serve's default registry
+// timeout (30s). Without --registry-request-timeout, serve then starts with
+// half the kubelet's, and says so; a value given is kept when below the
+// kubelet's (one at or above it is refused: TestServeBadInput).
+func TestServeRegistryTimeoutBelowTheKubelets(t *testing.T) {
+	tests := []struct {
+		name           string
+		kubeletTimeout string // "" : the kubelet's default
+		args           []string
+		wantWarning    string // "" : none about the registry timeout
+	}{
+		{name: "the kubelet's 20s, no flag", kubeletTimeout: "20s", wantWarning: "--registry-request-timeout is 10s"},
+		{name: "the kubelet's 30s, no flag", kubeletTimeout: "30s", wantWarning: "--registry-request-timeout is 15s"},
+		{name: "the kubelet's 20s, the flag below it", kubeletTimeout: "20s", args: []string{"--registry-request-timeout", "5s"}},
+		{name: "the kubelet's default, no flag"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := shortDir(t)
+			cfg := filepath.Join(dir, "config.yaml")
+			content := "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+			if tt.kubeletTimeout != "" {
+				content += "runtimeRequestTimeout: " + tt.kubeletTimeout + "\n"
+			}
+			require.NoError(t, os.WriteFile(cfg, []byte(content), 0o600))
+			d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), append([]string{"--image-service-endpoint", "embedded", "--config", cfg}, tt.args...)...)
+			out := d.out.String()
+			if tt.wantWarning != "" {
+				assert.Contains(t, out, tt.wantWarning)
+			} else {
+				assert.NotContains(t, out, "--registry-request-timeout is")
+			}
+			require.Equal(t, 0, d.stop(t))
+		})
+	}
+}
+
 // TestServePassThroughIsLoud: a pass-through only when serve's own flag
 // asks for it, and then said at start-up, on /healthz and in a metric.
 func TestServePassThroughIsLoud(t *testing.T) {
