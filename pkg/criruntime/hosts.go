@@ -144,8 +144,17 @@ type hostManifest struct {
 // registry host of the image's name: a mirror is told it with the ns
 // query parameter, as containerd tells it. The manifest may be up to
 // maxManifest bytes; every other answer (a token, an error) is bounded
-// by h's client (boundRegistryTransport).
-func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, object, userAgent string) hostManifest {
+// by h's client (boundRegistryTransport). shares is how many hosts, h
+// included, are left to ask: h has 1/shares of the time left to ctx's
+// deadline, so that a host that never answers (a mirror that is down and
+// drops packets, which containerd's pull waits out at its dial timeout
+// before it asks the next host) leaves the next hosts their turn.
+func getManifest(ctx context.Context, h docker.RegistryHost, registry, repo, object, userAgent string, shares int) hostManifest {
+	if deadline, ok := ctx.Deadline(); ok && shares > 1 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(deadline)/time.Duration(shares))
+		defer cancel()
+	}
 	u := url.URL{Scheme: h.Scheme, Host: h.Host, Path: path.Join("/", h.Path, repo, "manifests", object)}
 	if isProxy(h.Host, registry) {
 		u.RawQuery = url.Values{"ns": {registry}}.Encode()

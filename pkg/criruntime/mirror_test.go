@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -69,6 +70,19 @@ func newMirrored(t *testing.T, mirrorKnowsAlice bool) *mirrored {
 	up.Reset()
 	mirror.Reset()
 	return &mirrored{upstream: up, mirror: mirror, mirrorHost: tlsMirror.Listener.Addr().String(), caFile: caFile, pushed: pushed, digest: pushed.Digest}
+}
+
+// checkVerified checks a verification of m's image: it failed with
+// wantErr, naming no password, or (wantErr nil) proved m's digest.
+func (m *mirrored) checkVerified(t *testing.T, got string, err, wantErr error) {
+	t.Helper()
+	if wantErr != nil {
+		require.ErrorIs(t, err, wantErr)
+		assert.NotContains(t, err.Error(), "-pw")
+		return
+	}
+	require.NoError(t, err)
+	assert.Equal(t, m.digest, got)
 }
 
 // hostsDir writes containerd's config_path with hosts.toml for host.
@@ -222,13 +236,7 @@ func TestVerifyManifestThroughContainerdHosts(t *testing.T) {
 			got, err := criruntime.VerifyManifest(context.Background(), tt.image(m), basic("alice", tt.password), []string{m.digest},
 				criruntime.WithRegistryConfigPath(dir))
 
-			if tt.wantErr != nil {
-				require.ErrorIs(t, err, tt.wantErr)
-				assert.NotContains(t, err.Error(), "-pw")
-			} else {
-				require.NoError(t, err)
-				assert.Equal(t, m.digest, got)
-			}
+			m.checkVerified(t, got, err, tt.wantErr)
 			want := func(reqs []string) []string {
 				out := []string{}
 				for _, r := range reqs {
@@ -354,6 +362,63 @@ func TestVerifyManifestPresentsTheCredentialAsContainerd(t *testing.T) {
 				reqs = append(reqs, fmt.Sprintf("%s %d", r.Method, r.Status))
 			}
 			assert.Equal(t, tt.want, reqs, "the registry's requests")
+		})
+	}
+}
+
+// TestVerifyManifestPastAMirrorThatNeverAnswers: a mirror of the node's
+// hosts.toml that takes connections and never answers (a mirror that is
+// down behind a load balancer, or whose packets are dropped: containerd's
+// pull waits out its dial timeout there, then asks the upstream) does not
+// take the whole registry timeout: each host but the last has its share
+// of what is left, so the upstream still decides within the limit, as it
+// decides containerd's pull. When no host answers, the verification ends
+// by the limit, naming a host.
+func TestVerifyManifestPastAMirrorThatNeverAnswers(t *testing.T) {
+	const limit = 2 * time.Second
+	const manifests = "/v2/team-a/app/manifests/"
+	tests := []struct {
+		name         string
+		upstreamDown bool // the upstream never answers either
+		password     string
+		wantErr      error
+		wantUpstream []string
+	}{
+		{name: "the upstream serves", password: "alice-pw",
+			wantUpstream: []string{"GET " + manifests + "v1 401", "GET " + manifests + "v1 200"}},
+		{name: "the upstream refuses: its refusal is the answer", password: "wrong-pw", wantErr: criruntime.ErrUnauthorized,
+			wantUpstream: []string{"GET " + manifests + "v1 401", "GET " + manifests + "v1 401"}},
+		{name: "no host answers: the limit", upstreamDown: true, password: "alice-pw", wantErr: criruntime.ErrRegistryTimeout,
+			wantUpstream: []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMirrored(t, true)
+			silent, err := hostile.Start("", "application/vnd.docker.distribution.manifest.v2+json", hostile.TLSStall)
+			require.NoError(t, err)
+			t.Cleanup(silent.Close)
+			upstream := m.upstream.Host()
+			if tt.upstreamDown {
+				down, err := hostile.Start("", "application/vnd.docker.distribution.manifest.v2+json", hostile.TLSStall)
+				require.NoError(t, err)
+				t.Cleanup(down.Close)
+				upstream = down.Host
+			}
+			dir := hostsDir(t, "registry.example", fmt.Sprintf("server = \"http://%s\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", upstream, silent.Host))
+
+			start := time.Now()
+			got, err := criruntime.VerifyManifest(context.Background(), "registry.example/team-a/app:v1", basic("alice", tt.password), []string{m.digest},
+				criruntime.WithRegistryConfigPath(dir), criruntime.WithRegistryTimeout(limit))
+			took := time.Since(start)
+
+			m.checkVerified(t, got, err, tt.wantErr)
+			select {
+			case <-silent.Attacked():
+			default:
+				t.Error("the mirror was not asked first")
+			}
+			assert.Less(t, took, limit+limit/2, "the verification ends by its limit")
+			assert.Equal(t, tt.wantUpstream, seen(m.upstream), "the upstream's requests")
 		})
 	}
 }

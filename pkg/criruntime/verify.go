@@ -124,14 +124,17 @@ func verifyAtHosts(ctx context.Context, image, host, repo, object string, byDige
 		caps |= docker.HostCapabilityResolve
 	}
 	ctx = log.WithLogger(docker.ContextWithAppendPullRepositoryScope(ctx, repo), containerdLog)
+	var capable []docker.RegistryHost
+	for _, h := range hosts {
+		if h.Capabilities.Has(caps) {
+			capable = append(capable, h)
+		}
+	}
 	var errs []error
 	tried = host
-	for _, h := range hosts {
-		if !h.Capabilities.Has(caps) {
-			continue
-		}
+	for i, h := range capable {
 		tried = h.Host
-		m := getManifest(ctx, h, host, repo, object, o.userAgent)
+		m := getManifest(ctx, h, host, repo, object, o.userAgent, len(capable)-i)
 		if m.err != nil {
 			errs = append(errs, m.err)
 			if ctx.Err() != nil {
