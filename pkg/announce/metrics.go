@@ -19,7 +19,7 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "reloads_total",
-		Help:           "Readings of the announcement directory (each after it changed).",
+		Help:           "Readings of the announcement directory (each after it changed, or while its last change is under 2 seconds old).",
 		StabilityLevel: metrics.ALPHA,
 	})
 	refused = metrics.NewCounter(&metrics.CounterOpts{
@@ -33,7 +33,7 @@ var (
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
 		Name:           "matches_total",
-		Help:           "Pulls whose credential serve recognised as announced by a wrapped credential provider plugin (recorded as the node's), by plugin.",
+		Help:           "Pulls whose credential serve recognised as announced by a wrapped credential provider plugin, counted when the pull starts (a pull that succeeds is recorded as the node's), by plugin.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"plugin_name"})
 )
