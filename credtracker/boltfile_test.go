@@ -3,6 +3,7 @@ package credtracker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -185,7 +186,8 @@ func assertSameAsBbolt(t *testing.T, path string, f *boltFile) {
 
 // FuzzStoreFile feeds anything as records.db. The reader never panics or
 // allocates past its input; whatever it accepts, bbolt opens without a
-// fault, reads the same entries from and writes to; the seal check and the
+// fault, reads the same entries from and writes to; the schema version's
+// reading (damage or a newer store, nothing else), the seal check and the
 // decoding never panic on it.
 func FuzzStoreFile(f *testing.F) {
 	orig, key := sweepStoreBytes(f)
@@ -195,6 +197,10 @@ func FuzzStoreFile(f *testing.F) {
 		f.Add(orig[:c])
 	}
 	f.Add(bytes.Repeat([]byte("garbage!"), 2048))
+	// A store of schema version 1 (another key: its seal fails).
+	schema1, err := os.ReadFile(filepath.Join("testdata", "schema1", StoreFile))
+	require.NoError(f, err)
+	f.Add(schema1)
 	h, err := credential.NewHasher(key)
 	require.NoError(f, err)
 	sl := newSealer(h)
@@ -203,6 +209,10 @@ func FuzzStoreFile(f *testing.F) {
 		if err != nil {
 			require.ErrorIs(t, err, errBoltFormat)
 			return
+		}
+		if _, err := readSchema(bf, StoreFile); err != nil {
+			var ve *StoreVersionError
+			require.True(t, errors.Is(err, errStoreCorrupt) || errors.As(err, &ve), "%v", err)
 		}
 		if _, err := sl.verify(bf, 2); err == nil {
 			_, _ = decodeContents(bf, 2, nil)

@@ -25,7 +25,11 @@ import (
 // is caught like a damaged value.
 //
 // Version 1 is apiVersion credtracker.pullguard.io/v1. The payloads are
-// described beside each encoder below; docs/architecture.md has the table.
+// described beside each encoder below (the StoreSchema value's in
+// schema.go); docs/architecture.md has the table. Which versions a store
+// may hold is part of its schema version (schema.go): a store whose
+// schema this pullguard reads holds no value of another version, so a
+// value of another version is damage.
 const (
 	// APIVersion is the version of every object credtracker stores.
 	APIVersion = "credtracker.pullguard.io/v1"
@@ -42,6 +46,7 @@ const (
 	kindImagePulledRecord kind = 1
 	kindImagePullIntent   kind = 2
 	kindStoreStatus       kind = 3
+	kindStoreSchema       kind = 4 // its encoding never changes: see schema.go
 )
 
 func (k kind) String() string {
@@ -52,6 +57,8 @@ func (k kind) String() string {
 		return "ImagePullIntent"
 	case kindStoreStatus:
 		return "StoreStatus"
+	case kindStoreSchema:
+		return "StoreSchema"
 	}
 	return fmt.Sprintf("kind(%d)", byte(k))
 }

@@ -17,6 +17,11 @@
 // change, and served from memory: a decision reads no disk and takes no
 // lock.
 //
+// The store records its schema version, read before anything else in it
+// (schema.go): a store written by a newer pullguard is refused, unchanged
+// (New fails with ErrStoreTooNew), and an older one is migrated in one
+// transaction.
+//
 // Every pull is preceded by a durable pull intent; an intent left behind
 // by a crash becomes, at the next start, a record with no known credentials
 // for the image it names, so the next pod must verify. A store or record

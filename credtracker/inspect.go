@@ -17,8 +17,11 @@ import (
 // checks its integrity as a start-up does, with the node's hash key; while
 // a tracker runs on dir it fails after two seconds with an error saying
 // the store is locked. A missing store reads as empty; one that fails a
-// check is an error that says which. Unreadable records are returned as
-// records of unknown origin, as the tracker would treat them.
+// check is an error that says which; one of another schema version is a
+// *StoreVersionError (a newer one: ErrStoreTooNew; an older one, which
+// only a tracker's start migrates: ErrStoreMigrationPending). Unreadable
+// records are returned as records of unknown origin, as the tracker would
+// treat them.
 func ReadRecords(dir string) ([]ImageRecord, Status, error) {
 	c, found, err := inspectStore(dir)
 	if err != nil || !found {

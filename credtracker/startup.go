@@ -62,8 +62,14 @@ type Enabled interface {
 //
 // An unreadable store is not an error: it is kept aside, a new store is
 // seeded with a record of unknown origin for every present image, and the
-// recovery is reported in the log, the metrics and Status. New fails only
-// for bad configuration or when the directory cannot be used at all.
+// recovery is reported in the log, the metrics and Status. A store of an
+// older schema version is migrated (schema.go). New fails for bad
+// configuration, when the directory cannot be used at all, when a
+// migration cannot be written (the store stays as it was), and for a
+// store written by a newer pullguard (an error wrapping ErrStoreTooNew,
+// which names both versions and what to do): New then changes nothing,
+// and the caller must not run without the tracker, whose records would
+// otherwise be lost or not kept.
 func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (Enabled, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("credential tracker: Dir is required")
@@ -129,7 +135,8 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 }
 
 // openOrRecover opens the store at path, creating it at a node's first
-// start, or recovers when it is missing or fails any integrity check.
+// start, or recovers when it is missing or fails any integrity check. A
+// store of a newer schema version is neither: the error says so.
 func (t *tracker) openOrRecover(ctx context.Context, path string, sl *sealer, gen *genFile, keyCreated bool) (contents, error) {
 	_, statErr := os.Stat(path)
 	switch {
@@ -156,6 +163,9 @@ func (t *tracker) open(path string, sl *sealer, gen *genFile) (contents, error) 
 	s, err := openStore(path, sl, gen, false, t.images)
 	if err != nil {
 		return contents{}, err
+	}
+	if m := s.migrated; m != nil {
+		t.logger.Info("Migrated the record store to this pullguard's schema version; every record was kept", "path", path, "from", m.from, "to", m.to, "took", m.took)
 	}
 	c, err := s.load()
 	if err != nil {

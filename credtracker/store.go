@@ -20,12 +20,13 @@ import (
 // committed, the generation file (genfile.go).
 //
 // bbolt is never the first to read the file: openStore reads it with plain
-// reads, checks its structure (boltfile.go) and its seal, and decodes it,
-// and only then lets bbolt map it for the writes to come.
+// reads, checks its structure (boltfile.go), its schema version
+// (schema.go) and its seal, and decodes it, and only then lets bbolt map
+// it for the writes to come (and, for an older schema, the migration).
 var (
 	bucketPulled  = []byte("pulled")  // image ref -> ImagePulledRecord
 	bucketIntents = []byte("intents") // normalized image -> ImagePullIntent
-	bucketMeta    = []byte("meta")    // "status" -> StoreStatus; "seal" -> seal; "quarantine/<ref>" -> unreadable bytes
+	bucketMeta    = []byte("meta")    // "schema" -> schema version; "status" -> StoreStatus; "seal" -> seal; "quarantine/<ref>" -> unreadable bytes
 	keyStatus     = []byte("status")
 )
 
@@ -66,42 +67,77 @@ type store struct {
 	seal   seal
 	// loaded is what openStore read; load hands it out once.
 	loaded contents
+	// migrated is set when openStore migrated the store.
+	migrated *migrated
 }
 
 // openStore reads and verifies the store at path against the generation
 // file, then (unless readOnly) opens it with bbolt for writing. An error
 // wrapping errStoreCorrupt means the file is not the store this node last
-// wrote; fs.ErrNotExist that there is no file. With idx, the records are
-// prepared for idx as they are decoded (see decodeContents).
-func openStore(path string, sl *sealer, gen *genFile, readOnly bool, idx *recordIndex) (s *store, err error) {
-	data, err := readStoreFile(path)
-	if err != nil {
-		return nil, err
+// wrote; fs.ErrNotExist that there is no file; a *StoreVersionError
+// that its schema version is newer than this pullguard's (and, read-only,
+// older). A store of an older schema version is migrated, then read
+// again. With idx, the records are prepared for idx as they are decoded
+// (see decodeContents).
+func openStore(path string, sl *sealer, gen *genFile, readOnly bool, idx *recordIndex) (*store, error) {
+	var from *migrated
+	for {
+		data, err := readStoreFile(path)
+		if err != nil {
+			return nil, err
+		}
+		v, err := verifyStore(data, path, sl, gen, idx)
+		if err != nil {
+			return nil, err
+		}
+		cur := migrations.current()
+		if v.schema < cur && (readOnly || from != nil) {
+			// (A migrated store that is still old would be a bug: it is
+			// refused, not migrated in a loop.)
+			return nil, &StoreVersionError{Path: path, Found: v.schema, Current: cur}
+		}
+		s := &store{path: path, sealer: sl, gen: gen, seal: v.seal, loaded: v.contents, migrated: from}
+		if readOnly {
+			return s, nil
+		}
+		if err := s.openBolt(v.txid); err != nil {
+			return nil, err
+		}
+		if v.schema == cur {
+			return s, nil
+		}
+		start := time.Now()
+		err = s.migrate(v.schema)
+		if cerr := s.db.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+		from = &migrated{from: v.schema, to: cur, took: time.Since(start)}
 	}
-	c, st, txid, err := verifyStore(data, path, sl, gen, idx)
-	if err != nil {
-		return nil, err
-	}
-	s = &store{path: path, sealer: sl, gen: gen, seal: st, loaded: c}
-	if readOnly {
-		return s, nil
-	}
+}
+
+// openBolt opens the verified store with bbolt, for writing; txid is the
+// transaction id the verification read.
+func (s *store) openBolt(txid uint64) (err error) {
 	// A Go panic in bbolt is not expected on a file that passed the
 	// checks; if one comes, it means the same as a failed check.
 	defer func() {
 		if p := recover(); p != nil {
-			if s != nil && s.db != nil {
+			if s.db != nil {
 				s.db.Close()
+				s.db = nil
 			}
-			s, err = nil, corrupt(checkStructure, path, errors.New("bbolt panicked opening the file"))
+			err = corrupt(checkStructure, s.path, errors.New("bbolt panicked opening the file"))
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout})
+	db, err := bolt.Open(s.path, 0o600, &bolt.Options{Timeout: lockTimeout})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
-			return nil, fmt.Errorf("failed to open record store %s: locked by another process", path)
+			return fmt.Errorf("failed to open record store %s: locked by another process", s.path)
 		}
-		return nil, corrupt(checkStructure, path, err)
+		return corrupt(checkStructure, s.path, err)
 	}
 	s.db = db
 	// The generation file's lock keeps other pullguards out; this catches
@@ -110,46 +146,66 @@ func openStore(path string, sl *sealer, gen *genFile, readOnly bool, idx *record
 	_ = db.View(func(tx *bolt.Tx) error { dbTxid = uint64(tx.ID()); return nil })
 	if dbTxid != txid {
 		db.Close()
-		return nil, corrupt(checkStructure, path, errors.New("the file changed while it was opened"))
+		s.db = nil
+		return corrupt(checkStructure, s.path, errors.New("the file changed while it was opened"))
 	}
-	if st.gen > gen.gen {
+	if s.seal.gen > s.gen.gen {
 		// A crash came between a commit and its generation's write.
-		if err := gen.write(st.gen, true); err != nil {
+		if err := s.gen.write(s.seal.gen, true); err != nil {
 			db.Close()
-			return nil, err
+			s.db = nil
+			return err
 		}
 	}
-	return s, nil
+	return nil
+}
+
+// verified is what verifyStore found in a store file.
+type verified struct {
+	contents contents
+	seal     seal
+	txid     uint64 // bbolt's transaction id
+	schema   uint64
 }
 
 // verifyStore checks data, the bytes of the store file at path: its
-// structure, its seal, its generation against the generation file's; and
-// decodes it. It returns the contents, the seal and bbolt's transaction id.
-func verifyStore(data []byte, path string, sl *sealer, gen *genFile, idx *recordIndex) (contents, seal, uint64, error) {
+// structure, its schema version, its seal, its generation against the
+// generation file's; and decodes it, unless its schema version is older
+// than this pullguard's (it is then to be migrated, and contents is
+// empty).
+func verifyStore(data []byte, path string, sl *sealer, gen *genFile, idx *recordIndex) (verified, error) {
 	f, err := parseBoltFile(data)
 	if err != nil {
-		return contents{}, seal{}, 0, corrupt(checkStructure, path, err)
+		return verified{}, corrupt(checkStructure, path, err)
+	}
+	schema, err := readSchema(f, path)
+	if err != nil {
+		return verified{}, err
 	}
 	workers := runtime.GOMAXPROCS(0)
 	st, err := sl.verify(f, workers)
 	if err != nil {
-		return contents{}, seal{}, 0, corrupt(checkSeal, path, err)
+		return verified{}, corrupt(checkSeal, path, err)
 	}
 	switch {
 	case gen.damaged != nil:
-		return contents{}, seal{}, 0, corrupt(checkGeneration, path, gen.damaged)
+		return verified{}, corrupt(checkGeneration, path, gen.damaged)
 	case !gen.existed:
 		// createStore writes the generation file before the store is
 		// renamed into place: a store without one was put there.
-		return contents{}, seal{}, 0, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
+		return verified{}, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
 	case st.gen < gen.gen:
-		return contents{}, seal{}, 0, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
+		return verified{}, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
 	}
-	c, err := decodeContents(f, workers, idx)
+	v := verified{seal: st, txid: f.txid, schema: schema}
+	if schema < migrations.current() {
+		return v, nil
+	}
+	v.contents, err = decodeContents(f, workers, idx)
 	if err != nil {
-		return contents{}, seal{}, 0, corrupt(checkDecode, path, err)
+		return verified{}, corrupt(checkDecode, path, err)
 	}
-	return c, st, f.txid, nil
+	return v, nil
 }
 
 // readStoreFile reads the whole file with plain reads (never a memory map),
@@ -195,6 +251,9 @@ func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync 
 			if _, err := tx.CreateBucket(b); err != nil {
 				return err
 			}
+		}
+		if err := w.put(bucketMeta, keySchema, encodeSchema(migrations.current())); err != nil {
+			return err
 		}
 		if st != nil {
 			if err := w.put(bucketMeta, keyStatus, encodeStatus(*st)); err != nil {
