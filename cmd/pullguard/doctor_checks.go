@@ -289,6 +289,7 @@ func (o *doctorOptions) checkStore(serveHoldsIt bool, add func(severity, check, 
 		return
 	}
 	_, st, err := credtracker.ReadRecords(dir)
+	var version *credtracker.StoreVersionError
 	switch {
 	case errors.Is(err, credtracker.ErrLocked) && serveHoldsIt:
 		add(severityOK, "record-store", fmt.Sprintf("%s is held by the running serve (its health is in /metrics: pullguard_credtracker_store_recoveries_total, pullguard_credtracker_unreadable_records_total)", store), "")
@@ -297,6 +298,12 @@ func (o *doctorOptions) checkStore(serveHoldsIt bool, add func(severity, check, 
 			"stop the other pullguard using "+o.rootDir+" (fuser -v "+filepath.Join(dir, credtracker.GenerationFile)+")")
 	case errors.Is(err, fs.ErrPermission):
 		add(severityProblem, "record-store", fmt.Sprintf("%s cannot be read: permission denied", store), "run pullguard doctor as root: the store is root's, mode 0600")
+	case errors.Is(err, credtracker.ErrStoreTooNew) && errors.As(err, &version):
+		add(severityProblem, "record-store", fmt.Sprintf("%s has schema version %d, written by a newer pullguard; this one reads versions 1 to %d and refuses to start on it", store, version.Found, version.Current),
+			"install the pullguard that wrote it again; or, to start over, move the store aside, after which every image present on the node needs one verification with its registry (docs/operations.md)")
+	case errors.Is(err, credtracker.ErrStoreMigrationPending) && errors.As(err, &version):
+		add(severityWarning, "record-store", fmt.Sprintf("%s has schema version %d: serve migrates it to version %d at its next start, keeping every record", store, version.Found, version.Current),
+			"systemctl restart pullguard")
 	case err != nil:
 		add(severityProblem, "record-store", fmt.Sprintf("%s is damaged: %v", store, err),
 			"systemctl restart pullguard: at its start serve sets a damaged store aside and rebuilds it from the runtime's images (docs/operations.md)")

@@ -96,6 +96,11 @@ func TestDoctorGolden(t *testing.T) {
 	damaged := filepath.Join(shortDir(t), "root")
 	require.NoError(t, os.CopyFS(damaged, os.DirFS(store)))
 	require.NoError(t, os.WriteFile(filepath.Join(damaged, "credtracker", "records.db"), []byte(strings.Repeat("not a bbolt file\n", 512)), 0o600))
+	newer := filepath.Join(shortDir(t), "root")
+	require.NoError(t, os.CopyFS(newer, os.DirFS(store)))
+	setStoreSchema(t, filepath.Join(newer, "credtracker", "records.db"), 3)
+	older := filepath.Join(shortDir(t), "root")
+	require.NoError(t, os.CopyFS(filepath.Join(older, "credtracker"), os.DirFS(filepath.Join("..", "..", "credtracker", "testdata", "schema1"))))
 
 	tests := []struct {
 		name, golden           string
@@ -129,6 +134,8 @@ func TestDoctorGolden(t *testing.T) {
 			kubeadm: kubeadmEnv, healthz: healthzProtecting, store: store, wantCode: 1,
 		},
 		{name: "unreadable store", golden: "doctor-store.txt", config: goodKubelet, kubeadm: kubeadmEnv, healthz: healthzProtecting, store: damaged, wantCode: 1},
+		{name: "store of a newer pullguard", golden: "doctor-store-newer.txt", config: goodKubelet, kubeadm: kubeadmEnv, healthz: healthzProtecting, store: newer, wantCode: 1},
+		{name: "store to migrate", golden: "doctor-store-older.txt", config: goodKubelet, kubeadm: kubeadmEnv, healthz: healthzProtecting, store: older, wantCode: 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
