@@ -1,7 +1,6 @@
 package credentialprovider
 
 import (
-	"slices"
 	"sync"
 	"time"
 
@@ -42,98 +41,26 @@ func keyFor(kind keyKind, im keyring.Image, imageName, sa string) cacheKey {
 	}
 }
 
-// authEntry is one credential of a response, its pattern compiled.
-type authEntry struct {
-	pattern keyring.Pattern
-	key     string
-	auth    credential.AuthConfig
-}
-
-// memoLimit bounds how many images' results one entry remembers.
-const memoLimit = 64
-
 // cacheEntry is one plugin response, as cached (or, with a zero duration,
-// only shared between the look-ups of one run).
+// only shared between the look-ups of one run): its credentials filed by
+// key as the kubelet's BasicDockerKeyring files them.
 type cacheEntry struct {
 	kind      keyKind
 	expiresAt time.Time // zero: not cached
-	auths     []authEntry
-	source    credential.Source
-
-	mu   sync.RWMutex
-	memo map[string][]credential.Credential // by image reference as given
+	keys      *keyring.Static
 }
 
-// newEntry sorts the response's credentials most specific first (ties by
-// key, for a stable order). Invalid keys were rejected by DecodeResponse.
-func newEntry(r *Response, kind keyKind, source credential.Source) *cacheEntry {
-	e := &cacheEntry{kind: kind, source: source, auths: make([]authEntry, 0, len(r.Auth))}
+// newEntry files the response's credentials (their username and password,
+// all the kubelet takes of them) under their keys. A key that
+// keyring.ConfigKey rejects is left out, as the kubelet's
+// BasicDockerKeyring.Add leaves it out.
+func newEntry(r *Response, kind keyKind, source credential.Source, h *credential.Hasher) *cacheEntry {
+	auths := make(map[string]credential.AuthConfig, len(r.Auth))
 	for k, a := range r.Auth {
-		pat, err := compilePattern(k)
-		if err != nil {
-			continue
-		}
-		e.auths = append(e.auths, authEntry{
-			pattern: pat,
-			key:     k,
-			auth:    credential.AuthConfig{Username: a.Username, Password: a.Password},
-		})
+		auths[k] = credential.AuthConfig{Username: a.Username, Password: a.Password}
 	}
-	slices.SortFunc(e.auths, func(a, b authEntry) int {
-		switch {
-		case a.pattern.MoreSpecific(b.pattern):
-			return -1
-		case b.pattern.MoreSpecific(a.pattern):
-			return 1
-		case a.key < b.key:
-			return -1
-		case a.key > b.key:
-			return 1
-		}
-		return 0
-	})
-	return e
-}
-
-// credentialsFor returns the entry's credentials whose pattern matches the
-// image, most specific first, each with its source and keyed hash for the
-// image's registry. Identical credentials are returned once. The result is
-// a fresh slice the caller may keep.
-func (e *cacheEntry) credentialsFor(image string, im keyring.Image, h *credential.Hasher) []credential.Credential {
-	e.mu.RLock()
-	got, ok := e.memo[image]
-	e.mu.RUnlock()
-	if !ok {
-		got = e.match(im, h)
-		e.mu.Lock()
-		if e.memo == nil {
-			e.memo = make(map[string][]credential.Credential)
-		}
-		if len(e.memo) < memoLimit {
-			e.memo[image] = got
-		}
-		e.mu.Unlock()
-	}
-	if len(got) == 0 {
-		return nil
-	}
-	return slices.Clone(got)
-}
-
-func (e *cacheEntry) match(im keyring.Image, h *credential.Hasher) []credential.Credential {
-	var out []credential.Credential
-	for i := range e.auths {
-		a := &e.auths[i]
-		if !a.pattern.Match(im) {
-			continue
-		}
-		hash := h.Hash(im.Registry, a.auth)
-		if slices.ContainsFunc(out, func(c credential.Credential) bool { return c.Hash == hash }) {
-			continue
-		}
-		out = append(out, credential.Credential{Registry: im.Registry, Auth: a.auth, Source: e.source, Hash: hash})
-	}
-	return out
+	keys, _ := keyring.NewStatic(h, source, auths)
+	return &cacheEntry{kind: kind, keys: keys}
 }
 
 // failure is a remembered plugin failure (negative cache).

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -80,8 +79,9 @@ const responseKind = "CredentialProviderResponse"
 // DecodeResponse decodes and checks a plugin's stdout against the request's
 // apiVersion: the apiVersion must equal it, the kind must be
 // CredentialProviderResponse, cacheKeyType one of Image, Registry and
-// Global, cacheDuration a non-negative duration, and every auth key a valid
-// image pattern. Unknown fields are ignored, for plugins newer than this
+// Global, and cacheDuration a non-negative duration. Auth keys are not
+// checked, as the kubelet does not check them: keyring.ConfigKey files
+// each, and one it rejects is left out. Unknown fields are ignored, for plugins newer than this
 // package. Errors describe the problem (a JSON syntax error's offset, the
 // field with a wrong type) and never quote the output.
 func DecodeResponse(apiVersion string, data []byte) (*Response, error) {
@@ -121,19 +121,6 @@ func DecodeResponse(apiVersion string, data []byte) (*Response, error) {
 			return nil, errors.New("response cacheDuration is negative")
 		}
 		r.CacheDuration = &d
-	}
-	if len(w.Auth) > 0 {
-		keys := make([]string, 0, len(w.Auth))
-		for k := range w.Auth {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for i, k := range keys {
-			if err := validatePattern(k); err != nil {
-				// The keyring's reason may quote part of the key: not shown.
-				return nil, fmt.Errorf("response auth key %d of %d (in sorted order) is not a valid image pattern", i+1, len(keys))
-			}
-		}
 	}
 	return r, nil
 }

@@ -174,9 +174,12 @@ func TestLoadConfigErrors(t *testing.T) {
 			name: "bad match images are named by index",
 			files: map[string]string{"c.yaml": v1Head + "providers:\n  - name: p\n    defaultCacheDuration: 1m\n" +
 				"    apiVersion: credentialprovider.kubelet.k8s.io/v1\n" +
-				"    matchImages: [\"ok.example\", \"\", \"reg.example/team/*\", \"https://reg.example\", \"reg.example:http\", \"reg.example/app:v1\"]\n"},
-			// matchImages[2], a path wildcard, is a warning (TestPathWildcardWarns).
-			wantErr: []string{"providers[0].matchImages[1]", "providers[0].matchImages[3]", "scheme", "providers[0].matchImages[4]", "providers[0].matchImages[5]"},
+				"    matchImages: [\"ok.example\", \"reg example\", \"reg.example/team/*\", \"https://reg.example\", \"reg.example:http\", \"\", \"reg.example/app:v1\"]\n"},
+			// As the kubelet: an entry is invalid when net/url cannot parse
+			// "https://" + entry. matchImages[2] and [3] never match and
+			// are warnings (TestNeverMatchingEntriesWarn); [5] and [6] are
+			// valid.
+			wantErr: []string{"providers[0].matchImages[1]", `invalid character " " in host name`, "providers[0].matchImages[4]", `invalid port ":http" after host`},
 		},
 		{
 			name: "negative default cache duration",

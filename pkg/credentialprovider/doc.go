@@ -14,7 +14,10 @@
 // Keyring a pod's image pulls use.
 //
 // A look-up runs, in configuration order, every provider whose matchImages
-// match the image. Each plugin runs in its own process group with a
+// match the image (keyring.Pattern, the kubelet's matching), asking about
+// the image's normalized name as the kubelet does, and answers what the
+// kubelet's one keyring of all the answers gives (keyring.LookupAll). Each
+// plugin runs in its own process group with a
 // timeout, bounded stdout and stderr, and a checked response; its answer is
 // cached under the Image, Registry or Global key the plugin asked for, for
 // the duration it asked for (or the provider's default), and concurrent

@@ -217,9 +217,6 @@ func (m *Manager) newPlugin(pc Provider, binDir string, o options) (*plugin, err
 		p.timeout = d
 	}
 	for _, s := range pc.MatchImages {
-		if pathWildcard(s) {
-			continue // never matches, as in the kubelet; see Config.Warnings
-		}
 		pat, err := compilePattern(s)
 		if err != nil { // unreachable after Validate
 			return nil, fmt.Errorf("%w: provider %q: matchImages %q: %w", ErrInvalidConfig, pc.Name, s, err)
@@ -267,8 +264,12 @@ func (m *Manager) Close() {
 
 // ForPod returns the keyring of the pod's image pulls: its Lookup runs, in
 // configuration order, every provider whose matchImages match the image
-// and returns their credentials concatenated, each provider's most
-// specific first. A provider that fails adds its error (joined with the
+// (keyring.Pattern) for the image's normalized name (keyring.Image.Name,
+// what the kubelet asks plugins about), and returns what the kubelet's
+// keyring of all their answers gives (keyring.LookupAll: keys in reverse
+// lexical order across the answers, one key's credentials in
+// configuration order, the Docker Hub fallback over all of them). A
+// provider that fails adds its error (joined with the
 // others') while the other providers' credentials are still returned, as
 // the keyring.Keyring contract asks.
 func (m *Manager) ForPod(pod PodInfo) keyring.Keyring {
@@ -307,24 +308,26 @@ func (k *podKeyring) Lookup(ctx context.Context, image string) ([]credential.Cre
 	}
 	im := pi.im
 	var (
-		out  []credential.Credential
-		errs []error
+		stack [4]*keyring.Static
+		errs  []error
 	)
+	answers := stack[:0]
 	for _, p := range m.plugins {
 		if !p.matches(im) || (k.nodeOnly && p.cfg.TokenAttributes != nil) {
 			continue
 		}
-		creds, err := p.lookup(ctx, k.pod, image, im, pi.name)
+		keys, err := p.lookup(ctx, k.pod, im, pi.name)
 		if err != nil {
 			errs = append(errs, err)
 		}
-		if out == nil {
-			out = creds
-		} else {
-			out = append(out, creds...)
+		if keys != nil {
+			answers = append(answers, keys)
 		}
 	}
-	return out, errors.Join(errs...)
+	// As the kubelet's external credential provider keyring: every
+	// answer added to one BasicDockerKeyring, in configuration order,
+	// then looked up once.
+	return keyring.LookupAll(im, answers...), errors.Join(errs...)
 }
 
 // imageMemoLimit bounds the parsed-image memo.
@@ -348,7 +351,7 @@ func (m *Manager) parseImage(image string) (*parsedImage, error) {
 	if err != nil {
 		return nil, err
 	}
-	pi := &parsedImage{im: im, name: im.String()}
+	pi := &parsedImage{im: im, name: im.Name()}
 	if m.imageCount.Load() < imageMemoLimit {
 		if _, loaded := m.images.LoadOrStore(image, pi); !loaded {
 			m.imageCount.Add(1)

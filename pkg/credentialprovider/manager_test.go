@@ -33,10 +33,11 @@ func TestLookupRunsMatchingProviders(t *testing.T) {
 			wantRuns: 1,
 		},
 		{
-			name:     "registry host compared case-insensitively",
+			// matchImages are globs matched case-sensitively, as the
+			// kubelet's URLsMatchStr matches them.
+			name:     "registry host compared case-sensitively",
 			image:    "Registry.Example/team/app@sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-			want:     []wantCred{good("registry.example/team/app", "registry.example/team/app", "registry.example", "p")},
-			wantRuns: 1,
+			wantRuns: 0,
 		},
 		{name: "image of another registry runs nothing", image: "other.example/team/app", wantRuns: 0},
 		{name: "Docker Hub image runs nothing", image: "alpine", wantRuns: 0},
@@ -53,6 +54,9 @@ func TestLookupRunsMatchingProviders(t *testing.T) {
 	}
 }
 
+// TestLookupOrder: the answers of all providers are filed in one keyring,
+// as the kubelet files them, so their keys are ordered together (reverse
+// lexical order), whichever provider gave them.
 func TestLookupOrder(t *testing.T) {
 	e := newEnv(t)
 	m := e.manager(t, []cp.Provider{
@@ -63,10 +67,10 @@ func TestLookupOrder(t *testing.T) {
 	got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, img)
 	require.NoError(t, err)
 	assertCreds(t, e.hasher, got, []wantCred{
+		good(img, img, "registry.example", "second"),
 		good("registry.example/team", img, "registry.example", "first"),
 		good("registry.example", img, "registry.example", "first"),
 		good("*.example", img, "registry.example", "first"),
-		good(img, img, "registry.example", "second"),
 	})
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pullguard/pullguard/featuregates"
 	cp "github.com/pullguard/pullguard/pkg/credentialprovider"
+	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
 // TestTokenAsPasswordRefused: a plugin in service-account-token mode that
@@ -88,22 +89,31 @@ func TestConfigDirectoryAsTheKubelet(t *testing.T) {
 // "registry.io/*" and never matches it. pullguard loads it as well, never
 // matches it, and reports it in Config.Warnings (decision: warn, not
 // refuse, so that a configuration the kubelet runs also runs here).
-func TestPathWildcardWarns(t *testing.T) {
+func TestNeverMatchingEntriesWarn(t *testing.T) {
 	data := []byte("apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: good\n" +
-		"  matchImages: [\"registry.io/*\", \"registry.example\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n")
+		"  matchImages: [\"registry.io/*\", \"registry.example\", \"https://registry.io\"]\n  defaultCacheDuration: 1m\n  apiVersion: credentialprovider.kubelet.k8s.io/v1\n")
 	cfg, err := cp.Decode("inline.yaml", data, testGates(t))
 	require.NoError(t, err)
-	require.Len(t, cfg.Warnings, 1)
+	require.Len(t, cfg.Warnings, 2)
 	assert.Contains(t, cfg.Warnings[0], `providers[0].matchImages[0] "registry.io/*"`)
+	assert.Contains(t, cfg.Warnings[0], "wildcard in the path")
 	assert.Contains(t, cfg.Warnings[0], `"inline.yaml"`)
+	assert.Contains(t, cfg.Warnings[1], `providers[0].matchImages[2] "https://registry.io"`)
+	assert.Contains(t, cfg.Warnings[1], `host "https:"`)
 
 	e := newEnv(t)
-	p := e.provider("good", []string{"registry.io/*", "registry.example"}, time.Hour)
+	p := e.provider("good", []string{"registry.io/*", "registry.example", "https://registry.io"}, time.Hour)
 	m := e.manager(t, []cp.Provider{p})
-	got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.io/app:v1")
-	require.NoError(t, err)
-	assert.Empty(t, got, "the path wildcard never matches, as in the kubelet")
-	got, err = m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app:v1")
+	for _, image := range []string{"registry.io/app:v1", "registry.io/*/app"} {
+		got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, image)
+		if image == "registry.io/*/app" {
+			require.ErrorIs(t, err, keyring.ErrInvalidImage, "no repository holds a '*'")
+			continue
+		}
+		require.NoError(t, err)
+		assert.Empty(t, got, "the path wildcard and the scheme never match, as in the kubelet")
+	}
+	got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, "registry.example/app:v1")
 	require.NoError(t, err)
 	assert.Len(t, got, 1)
 }

@@ -7,18 +7,12 @@ import (
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
-// errSchemeInPattern rejects "https://registry.example": kubelet image
-// patterns name a registry, not a URL.
-var errSchemeInPattern = errors.New("must not include a scheme")
-
-// compilePattern checks and compiles one matchImages entry or response
-// auth key with keyring.ParsePattern (the matching rules of the whole
-// module), and also rejects a scheme. The returned error is the keyring's
-// reason without the pattern itself, so callers decide whether to show it.
+// compilePattern compiles one matchImages entry with keyring.ParsePattern,
+// which reads it as the kubelet does (the module's one matcher). It fails
+// only where the kubelet's validation of the entry fails; the returned
+// error is the keyring's reason without the pattern itself, so callers
+// decide whether to show it.
 func compilePattern(p string) (keyring.Pattern, error) {
-	if strings.Contains(p, "://") {
-		return keyring.Pattern{}, errSchemeInPattern
-	}
 	pat, err := keyring.ParsePattern(p)
 	if err != nil {
 		var pe *keyring.PatternError
@@ -30,17 +24,27 @@ func compilePattern(p string) (keyring.Pattern, error) {
 	return pat, nil
 }
 
-// validatePattern reports whether p is a valid image pattern.
+// validatePattern reports whether p is a valid matchImages entry.
 func validatePattern(p string) error {
 	_, err := compilePattern(p)
 	return err
 }
 
-// pathWildcard reports a matchImages entry with a '*' in its path, such as
-// "registry.io/*". The kubelet loads such an entry and it never matches
-// (its path is compared as a literal prefix); pullguard loads it too,
-// ignores it, and reports it in Config.Warnings.
-func pathWildcard(p string) bool {
-	_, path, ok := strings.Cut(p, "/")
-	return ok && !strings.Contains(p, "://") && strings.Contains(path, "*")
+// neverMatches describes a matchImages entry that the kubelet loads and
+// that can never match an image: one with a '*' in its path, such as
+// "registry.io/*" (the path is compared as a literal prefix, and no
+// repository holds a '*'), or with a scheme, such as
+// "https://registry.io" (the kubelet puts "https://" in front of the
+// entry, so its host is "https:" and its path starts with "//", which no
+// image's path does: no repository starts with '/'). It returns "" for any other entry. pullguard loads
+// such an entry too, and reports it in Config.Warnings.
+func neverMatches(p string) string {
+	host, path, ok := strings.Cut(p, "/")
+	if ok && strings.HasSuffix(host, ":") && strings.HasPrefix(path, "/") {
+		return "a scheme makes the entry's host \"" + host + "\" and its path start with \"//\": it never matches an image (the kubelet loads it and never matches it)"
+	}
+	if ok && strings.Contains(path, "*") {
+		return "a wildcard in the path never matches an image (the kubelet compares the path as a literal prefix: it loads the entry and never matches it)"
+	}
+	return ""
 }

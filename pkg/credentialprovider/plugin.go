@@ -49,9 +49,10 @@ func (p *plugin) matches(im keyring.Image) bool {
 	return false
 }
 
-// lookup returns the provider's credentials for an image that matched its
-// matchImages, from the cache or by running the plugin.
-func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyring.Image, name string) ([]credential.Credential, error) {
+// lookup returns the provider's answer for an image that matched its
+// matchImages, from the cache or by running the plugin: nil when the
+// provider is skipped for the pod.
+func (p *plugin) lookup(ctx context.Context, pod PodInfo, im keyring.Image, name string) (*keyring.Static, error) {
 	sc := saContext{source: p.nodeSource}
 	if p.cfg.TokenAttributes != nil {
 		var err error
@@ -66,7 +67,7 @@ func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyri
 	now := p.m.clock.Now()
 	if e := p.cache.get(im, name, sc.key, now); e != nil {
 		cacheHits.WithLabelValues(p.cfg.Name).Inc()
-		return e.credentialsFor(image, im, p.m.hasher), nil
+		return e.keys, nil
 	}
 	cacheMisses.WithLabelValues(p.cfg.Name).Inc()
 
@@ -79,7 +80,7 @@ func (p *plugin) lookup(ctx context.Context, pod PodInfo, image string, im keyri
 	if err != nil {
 		return nil, err
 	}
-	return res.entry.credentialsFor(image, im, p.m.hasher), nil
+	return res.entry.keys, nil
 }
 
 // flightKeyFor is the singleflight (and negative-cache) key: the cache key
@@ -140,7 +141,7 @@ func (p *plugin) exchange(ctx context.Context, im keyring.Image, name string, sc
 	}
 	kind := kindOf(resp.CacheKeyType)
 	p.lastKind.Store(uint32(kind))
-	entry := newEntry(resp, kind, sc.source)
+	entry := newEntry(resp, kind, sc.source, p.m.hasher)
 	ttl := p.cfg.DefaultCacheDuration
 	if resp.CacheDuration != nil {
 		ttl = *resp.CacheDuration

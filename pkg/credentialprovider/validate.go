@@ -57,9 +57,8 @@ func (c *Config) validate(o validateOptions) error {
 		p := &c.Providers[i]
 		fp := providersPath.Index(p.Index)
 		for j, pat := range p.MatchImages {
-			if pathWildcard(pat) {
-				c.Warnings = append(c.Warnings, fmt.Sprintf("%q: %s %q: a wildcard in the path never matches an image (the kubelet loads it and never matches it); the entry is ignored",
-					p.File, fp.Child("matchImages").Index(j), pat))
+			if why := neverMatches(pat); why != "" {
+				c.Warnings = append(c.Warnings, fmt.Sprintf("%q: %s %q: %s", p.File, fp.Child("matchImages").Index(j), pat, why))
 			}
 		}
 		add(p.File, validateProvider(fp, p, o)...)
@@ -103,9 +102,6 @@ func validateProvider(fp *field.Path, p *Provider, o validateOptions) field.Erro
 		errs = append(errs, field.Required(mp, "at least one image pattern"))
 	}
 	for j, pat := range p.MatchImages {
-		if pathWildcard(pat) {
-			continue // a warning, see Config.Warnings
-		}
 		if err := validatePattern(pat); err != nil {
 			errs = append(errs, field.Invalid(mp.Index(j), pat, err.Error()))
 		}

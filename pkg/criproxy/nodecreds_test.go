@@ -129,6 +129,12 @@ func TestNodeCredentialMakesImagesNodeAccessible(t *testing.T) {
 		{name: "the node's credential for reg-a, presented to reg-b", config: map[string]string{reg: nodeUser + ":" + nodePass}, image: regB + "/team-a/app:v1", user: nodeUser, pass: nodePass},
 		{name: "the node's credential for another path of the registry", config: map[string]string{reg + "/team-b": nodeUser + ":" + nodePass}, image: reg + "/team-a/app:v1", user: nodeUser, pass: nodePass},
 		{name: "no node config at all", image: reg + "/team-a/app:v1", user: nodeUser, pass: nodePass},
+		// Node keys are matched as the kubelet matches them: a key the
+		// kubelet gives no image's credential for frees nothing.
+		{name: "a node key registry-1.docker.io holding the tenant's account, for a docker.io image", config: map[string]string{"registry-1.docker.io": "tenant:" + tenantPass}, image: "docker.io/team-a/app:v1", user: "tenant", pass: tenantPass},
+		{name: "a node key of another case", config: map[string]string{"Node.Example:5000": "tenant:" + tenantPass}, image: "node.example:5000/team-a/app:v1", user: "tenant", pass: tenantPass},
+		{name: "the node's key for docker.io", config: map[string]string{"docker.io": nodeUser + ":" + nodePass}, image: "docker.io/team-a/app:v1", user: nodeUser, pass: nodePass, wantNode: true},
+		{name: "the node's Docker Hub key, the fallback of every docker.io image", config: map[string]string{"https://index.docker.io/v1/": nodeUser + ":" + nodePass}, image: "docker.io/team-a/app:v1", user: nodeUser, pass: nodePass, wantNode: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

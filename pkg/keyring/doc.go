@@ -13,43 +13,53 @@
 // FromSecrets reads kubernetes.io/dockerconfigjson and
 // kubernetes.io/dockercfg pull secrets; NodeKeyring reads the first
 // node config.json or .dockercfg found in the kubelet's search order
-// (DefaultNodeConfigFiles), and CachedNodeKeyring keeps that keyring as
-// the kubelet keeps it, read again every NodeConfigLifetime (pullguard
-// serve's view of the node's credentials); NewStatic holds a fixed pattern→credential
-// map, such as a plugin's response. Merge chains keyrings; a pod's keyring
-// is Merge(secrets, node, plugins).
+// (DefaultNodeConfigFiles), and CachedNodeKeyring keeps that keyring for
+// pullguard serve (its view of the node's credentials); NewStatic holds a
+// fixed key→credential map, such as a plugin's response. Merge chains
+// keyrings; a pod's keyring is Merge(secrets, node, plugins).
 //
-// # Matching
+// # Matching, as the kubelet matches
 //
-// Credentials are filed under image patterns (docker config keys or
-// matchImages entries) and matched as Pattern documents: a '*' glob per
-// host label, an exact port, a path prefix on whole segments, hosts
-// compared case-insensitively, Docker Hub spelled "docker.io".
-// MatchImage and ImageRegistry expose the rules to other packages.
+// Every keyring files its credentials as the kubelet's BasicDockerKeyring
+// (k8s.io/kubernetes pkg/credentialprovider) files them, and answers as it
+// does, so that serve's view of which credentials the kubelet hands a pod
+// is the kubelet's, and a node credential frees exactly the images the
+// kubelet gives it for:
+//
+//   - a docker config key, or a plugin's auth key, is filed under
+//     ConfigKey: "https://" put in front unless it has a scheme, parsed
+//     with net/url, a leading "/v1/" or "/v2/" dropped from its path, the
+//     host followed by the path; keys that file alike are one key, and a
+//     key net/url rejects is skipped;
+//   - a key (and a plugin's matchImages entry) matches an image as a
+//     Pattern: read as the kubelet's URLsMatchStr reads it, against the
+//     image's normalized name (Image.Name, "docker.io/library/alpine" for
+//     "alpine"): equal ports, as many host labels, a '*' glob per label
+//     (path/filepath.Match), the key's path a string prefix of the
+//     image's, everything case-sensitive, no alias folded;
+//   - when no key matched a Docker Hub image (Image.DockerHub), the
+//     credentials of the key "index.docker.io" ("https://index.docker.io/v1/")
+//     are its candidates.
+//
+// MatchImage, ParsePattern, ConfigKey and ParseImage expose the rules to
+// other packages. Image.Registry, the registry a candidate's keyed hash is
+// for, is another matter: lower case, Docker Hub's aliases folded into
+// "docker.io", so that a hash does not depend on how an image is spelled.
 //
 // # Candidate order
 //
-// Within one keyring, Lookup returns the matching credentials most
-// specific first:
-//
-//  1. a pattern with an exact host before one with a wildcard host;
-//  2. then the pattern with more path segments first
-//     ("reg.example/team/app" before "reg.example/team" before
-//     "reg.example");
-//  3. then, among wildcard hosts, the one with more literal (non-'*')
-//     characters first ("*.dkr.ecr.us-east-1.amazonaws.com" before
-//     "*.*.*.*.amazonaws.com");
-//  4. then source order: for pull secrets, the pod's imagePullSecrets
-//     order, then the entry order inside each secret's data; for NewStatic,
-//     the lexical order of the keys.
-//
-// All patterns that match one image have the same port (ports must be
-// equal), so the port never decides. Merge does not re-sort: it returns
-// each keyring's candidates in argument order.
-//
-// A credential is tried once: a candidate whose keyed hash equals an
-// earlier candidate's (the same credential fields for the same registry)
-// is left out, keeping the more specific or earlier one and its source.
+// Within one keyring, Lookup returns the matching credentials as the
+// kubelet does: keys in reverse lexical (byte) order, so a longer path
+// comes before its prefix and a literal host before a '*' glob over it;
+// the credentials filed under one key in the order they were added (for
+// pull secrets, the pod's imagePullSecrets order, then file order; for
+// NewStatic, the lexical order of the raw keys). LookupAll looks several
+// keyrings up as one, as the kubelet looks up its plugins' answers. Merge
+// returns each keyring's candidates in argument order, as the kubelet's
+// UnionDockerKeyring: a pod's keyring is Merge(secrets, node, plugins).
+// Nothing is left out: a credential filed under two matching keys, or
+// held by two keyrings, is a candidate twice, as in the kubelet. An entry
+// without any credential field is a candidate too (an anonymous pull).
 //
 // # Errors
 //
@@ -63,5 +73,6 @@
 //
 // Keyrings are immutable once built and safe for concurrent use. Each
 // entry caches its credential's hash per registry, so repeated look-ups do
-// not hash again.
+// not hash again; a look-up parses the image once, walks the keys
+// without allocating, and allocates the candidate list once.
 package keyring

@@ -22,17 +22,21 @@ type ConfigEntry struct {
 
 // ParseDockerConfigJSON parses the docker CLI's config.json format, the
 // data of a kubernetes.io/dockerconfigjson secret: {"auths": {KEY: ENTRY}}.
-// Other top-level fields (credsStore, credHelpers, HttpHeaders...) are
-// ignored, as the kubelet ignores them; a missing or null "auths" is an
-// empty config.
+// It accepts and rejects what the kubelet's encoding/json decoding into its
+// DockerConfigJSON does: "HttpHeaders" must be an object of strings, other
+// top-level fields (credsStore, credHelpers...) are ignored, a missing or
+// null "auths" (or a null document) is an empty config, and a null
+// "auths" after another drops the entries read so far.
 //
 // Entries are returned in file order. An entry holds "username",
 // "password", "auth", "identitytoken" and "registrytoken" (field names
-// match case-insensitively; "email" and unknown fields are ignored). When
-// a key appears twice the later entry replaces the earlier one in place,
-// as the docker CLI's map does. Entries without any credential field (as
-// the docker CLI writes when a credential store holds the secret) are
-// left out.
+// match case-insensitively; "email" must be a string and is not kept,
+// other fields are ignored, and so are "identitytoken" and
+// "registrytoken" when they are not strings, as the kubelet reads neither).
+// When a key appears twice the later entry replaces the earlier one in
+// place, as a map does. An entry without any credential field (null, or
+// what the docker CLI writes when a credential store holds the secret) is
+// kept with an empty AuthConfig, as the kubelet keeps it.
 //
 // "auth" is decoded as the kubelet decodes it: base64 (padded or not) of
 // "username:password", split at the first colon, with no white space
@@ -47,20 +51,22 @@ func ParseDockerConfigJSON(data []byte) ([]ConfigEntry, error) {
 }
 
 // ParseDockercfg parses the legacy .dockercfg format, the data of a
-// kubernetes.io/dockercfg secret: a bare {KEY: ENTRY} map. Entries are
-// treated as in ParseDockerConfigJSON.
+// kubernetes.io/dockercfg secret: a bare {KEY: ENTRY} map (null is an
+// empty one). Entries are treated as in ParseDockerConfigJSON.
 func ParseDockercfg(data []byte) ([]ConfigEntry, error) {
 	return parseConfig(data, false)
 }
 
 // configEntryJSON is one entry as the docker CLI writes it.
 type configEntryJSON struct {
-	Username      string `json:"username"`
-	Password      string `json:"password"`
-	Auth          string `json:"auth"`
-	Email         string `json:"email"`
-	IdentityToken string `json:"identitytoken"`
-	RegistryToken string `json:"registrytoken"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+	Auth     string `json:"auth"`
+	Email    string `json:"email"`
+	// The kubelet does not read these two: a value that is not a string
+	// is ignored rather than an error.
+	IdentityToken json.RawMessage `json:"identitytoken"`
+	RegistryToken json.RawMessage `json:"registrytoken"`
 }
 
 // configParser walks a config with a token decoder so that file order is
@@ -77,7 +83,7 @@ func parseConfig(data []byte, wrapped bool) ([]ConfigEntry, error) {
 	if wrapped {
 		err = p.topLevel()
 	} else {
-		err = p.authsObject("top level", false)
+		err = p.authsObject("top level")
 	}
 	if err == nil {
 		err = p.end()
@@ -85,18 +91,15 @@ func parseConfig(data []byte, wrapped bool) ([]ConfigEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := p.entries[:0]
-	for _, e := range p.entries {
-		if !e.Auth.Empty() {
-			out = append(out, e)
-		}
-	}
-	return out, nil
+	return p.entries, nil
 }
 
-// topLevel reads {"auths": {...}, ...}.
+// topLevel reads {"auths": {...}, ...}, or null.
 func (p *configParser) topLevel() error {
-	if err := p.openObject("top level", false); err != nil {
+	if err := p.openObject("top level"); err != nil {
+		if errors.Is(err, errNull) {
+			return nil
+		}
 		return err
 	}
 	for p.dec.More() {
@@ -104,24 +107,36 @@ func (p *configParser) topLevel() error {
 		if err != nil {
 			return err
 		}
-		if strings.EqualFold(key, "auths") {
-			if err := p.authsObject(`"auths"`, true); err != nil {
+		switch {
+		case strings.EqualFold(key, "auths"):
+			if err := p.authsObject(`"auths"`); err != nil {
 				return err
 			}
-			continue
-		}
-		var skip json.RawMessage
-		if err := p.dec.Decode(&skip); err != nil {
-			return jsonError(err, "")
+		case strings.EqualFold(key, "HttpHeaders"):
+			var headers map[string]string
+			if err := p.dec.Decode(&headers); err != nil {
+				var typ *json.UnmarshalTypeError
+				if errors.As(err, &typ) {
+					return fmt.Errorf("%w: %q is not an object of strings", ErrInvalidDockerConfig, key)
+				}
+				return jsonError(err, "")
+			}
+		default:
+			var skip json.RawMessage
+			if err := p.dec.Decode(&skip); err != nil {
+				return jsonError(err, "")
+			}
 		}
 	}
 	return p.closeObject()
 }
 
-// authsObject reads {KEY: ENTRY, ...}, or null when allowNull is set.
-func (p *configParser) authsObject(what string, allowNull bool) error {
-	if err := p.openObject(what, allowNull); err != nil {
+// authsObject reads {KEY: ENTRY, ...}, or null, which drops the entries
+// read so far (encoding/json sets a map to nil for null).
+func (p *configParser) authsObject(what string) error {
+	if err := p.openObject(what); err != nil {
 		if errors.Is(err, errNull) {
+			p.entries, p.index = nil, nil
 			return nil
 		}
 		return err
@@ -159,14 +174,14 @@ func (p *configParser) add(key string, auth credential.AuthConfig) {
 
 var errNull = errors.New("null")
 
-// openObject reads the '{' that opens an object. A JSON null gives errNull
-// when allowNull is set, and an error otherwise.
-func (p *configParser) openObject(what string, allowNull bool) error {
+// openObject reads the '{' that opens an object. A JSON null gives
+// errNull.
+func (p *configParser) openObject(what string) error {
 	tok, err := p.dec.Token()
 	if err != nil {
 		return jsonError(err, "")
 	}
-	if tok == nil && allowNull {
+	if tok == nil {
 		return errNull
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
@@ -208,8 +223,8 @@ func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
 		Username:      raw.Username,
 		Password:      raw.Password,
 		Auth:          raw.Auth,
-		IdentityToken: raw.IdentityToken,
-		RegistryToken: raw.RegistryToken,
+		IdentityToken: jsonString(raw.IdentityToken),
+		RegistryToken: jsonString(raw.RegistryToken),
 	}
 	if raw.Auth == "" {
 		return auth, nil
@@ -220,6 +235,16 @@ func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
 	}
 	auth.Username, auth.Password = user, pass
 	return auth, nil
+}
+
+// jsonString returns the string a JSON value holds, "" when it holds
+// another type.
+func jsonString(v json.RawMessage) string {
+	var s string
+	if json.Unmarshal(v, &s) != nil {
+		return ""
+	}
+	return s
 }
 
 // decodeAuth decodes a docker config "auth" value as the kubelet does:

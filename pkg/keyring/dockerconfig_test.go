@@ -18,7 +18,8 @@ func TestParseDockerConfigJSONFixture(t *testing.T) {
 		{Key: "registry.example", Auth: credential.AuthConfig{Username: "team-a", Password: "pw-team-a-Xq7"}},
 		{Key: "*.example", Auth: credential.AuthConfig{Username: "wild", Password: "pw-wild-J9p", Auth: b64("wild:pw-wild-J9p")}},
 		{Key: "registry.example:5000/team-b", Auth: credential.AuthConfig{IdentityToken: "idtok-team-b-Zr4"}},
-		// "creds-in-store.example" has no credential fields: left out.
+		// No credential fields: kept, as the kubelet keeps it.
+		{Key: "creds-in-store.example", Auth: credential.AuthConfig{}},
 	}
 	require.Len(t, got, len(want))
 	for i := range want {
@@ -110,10 +111,17 @@ func TestParseDockerConfigEntries(t *testing.T) {
 			want:    []credential.AuthConfig{{Username: "second"}, {Username: "b"}},
 		},
 		{
-			name:    "empty and null entries left out",
+			name:    "empty and null entries kept, as the kubelet keeps them",
 			auths:   `{"a.example":{},"b.example":null,"c.example":{"email":"only@example.test"}}`,
-			wantKey: []string{},
-			want:    []credential.AuthConfig{},
+			wantKey: []string{"a.example", "b.example", "c.example"},
+			want:    []credential.AuthConfig{{}, {}, {}},
+		},
+		{
+			// The kubelet reads neither field: another type is no error.
+			name:    "tokens that are not strings are ignored",
+			auths:   `{"r.example":{"username":"u","identitytoken":5,"registrytoken":{"a":1}}}`,
+			wantKey: []string{"r.example"},
+			want:    []credential.AuthConfig{{Username: "u"}},
 		},
 		{
 			name:    "empty object",
@@ -150,6 +158,10 @@ func TestParseDockerConfigJSONTopLevel(t *testing.T) {
 	}{
 		{name: "no auths", data: `{"credsStore":"desktop"}`, wantKeys: 0},
 		{name: "null auths", data: `{"auths":null}`, wantKeys: 0},
+		{name: "null document", data: `null`, wantKeys: 0},
+		{name: "a later null auths drops the entries so far", data: `{"auths":{"a.example":{}},"auths":null,"AUTHS":{"b.example":{}}}`, wantKeys: 1},
+		{name: "auths objects merge", data: `{"auths":{"a.example":{}},"Auths":{"b.example":{},"a.example":{"username":"u"}}}`, wantKeys: 2},
+		{name: "HttpHeaders of strings", data: `{"HttpHeaders":{"User-Agent":"docker"},"httpheaders":null}`, wantKeys: 0},
 		{name: "auths key case-insensitive", data: `{"Auths":{"r.example":{"username":"u"}}}`, wantKeys: 1},
 		{name: "auths after other fields", data: `{"a":[1,{"b":null}],"auths":{"r.example":{"username":"u"}},"c":"d"}`, wantKeys: 1},
 		{name: "surrounding white space", data: " \n{\"auths\":{}}\n\t", wantKeys: 0},
@@ -175,7 +187,9 @@ func TestParseDockerConfigErrors(t *testing.T) {
 		{name: "truncated", data: `{"auths":{"r.example":{"password":"pw-s3cret-Qz8"`, wantInErr: "unexpected end"},
 		{name: "bad escape inside a password", data: `{"auths":{"r.example":{"password":"pw-s3cret-Qz8\q"}}}`, wantInErr: "byte offset"},
 		{name: "top level array", data: `["pw-s3cret-Qz8"]`, wantInErr: "top level is not a JSON object"},
-		{name: "top level null", data: `null`, wantInErr: "top level is not a JSON object"},
+		{name: "HttpHeaders not an object", data: `{"auths":{},"HttpHeaders":5}`, wantInErr: `"HttpHeaders" is not an object of strings`},
+		{name: "HttpHeaders value not a string", data: `{"auths":{},"httpHeaders":{"X":1}}`, wantInErr: `"httpHeaders" is not an object of strings`},
+		{name: "email not a string", data: `{"auths":{"r.example":{"email":5}}}`, wantInErr: `field "email" has the wrong JSON type`},
 		{name: "auths array", data: `{"auths":["pw-s3cret-Qz8"]}`, wantInErr: `"auths" is not a JSON object`},
 		{name: "entry not an object", data: `{"auths":{"r.example":"pw-s3cret-Qz8"}}`, wantInErr: `entry "r.example": not a JSON object`},
 		{name: "password of the wrong type", data: `{"auths":{"r.example":{"password":12345678}}}`, wantInErr: `field "password" has the wrong JSON type`},
@@ -186,7 +200,6 @@ func TestParseDockerConfigErrors(t *testing.T) {
 		{name: "auth without a colon", data: `{"auths":{"r.example":{"auth":"` + b64("pw-s3cret-Qz8") + `"}}}`, wantInErr: `does not decode to "username:password"`},
 		{name: "data after the object", data: `{"auths":{}} {"pw-s3cret-Qz8":1}`, wantInErr: "data after the top-level object"},
 		{name: "legacy: not an object", data: `"pw-s3cret-Qz8"`, legacy: true, wantInErr: "top level is not a JSON object"},
-		{name: "legacy: null", data: `null`, legacy: true, wantInErr: "top level is not a JSON object"},
 		{name: "legacy: bad auth", data: `{"r.example":{"auth":"%%%pw-s3cret-Qz8"}}`, legacy: true, wantInErr: `entry "r.example"`},
 	}
 	for _, tt := range tests {

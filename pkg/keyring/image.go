@@ -8,66 +8,84 @@ import (
 	"github.com/pullguard/pullguard/pkg/imageref"
 )
 
-// dockerHub is the name pullguard (like Kubernetes) gives Docker Hub.
-const dockerHub = "docker.io"
-
-// Image is the part of an image reference that credentials are matched
-// against: its registry and its repository, without tag or digest.
+// Image is an image reference as credentials are matched against it: its
+// normalized name, the kubelet's look-up key (the name
+// parsers.ParseImageName gives, distribution/reference's
+// ParseNormalizedNamed(image).Name()), split as the kubelet's
+// URLsMatchStr splits it, and the registry its credentials are hashed
+// for.
 type Image struct {
-	// Registry is the normalized registry host with its port, if any:
-	// lower case, Docker Hub folded into "docker.io".
+	// Registry is the registry a credential found for the image is
+	// hashed for (credential.Hasher.Hash): the name's registry host and
+	// port, lower case, Docker Hub's aliases folded into "docker.io".
+	// It plays no part in matching.
 	Registry string
-	// Repository is the repository path inside the registry, with Docker
-	// Hub's implicit "library/" namespace made explicit.
+	// Repository is the name's path after the registry, such as
+	// "library/alpine" for "alpine", as distribution/reference gives it.
 	Repository string
 
-	host string // Registry without the port
-	port string // "" when the reference names no port
+	name   string // "docker.io/library/alpine"
+	host   string // the registry host as the kubelet splits it off its port
+	port   string // "" when the name has no port
+	labels int    // number of '.'-separated labels of host
+	hub    bool   // the kubelet's isDefaultRegistryMatch(name)
 }
 
-// Host returns the registry host without its port.
+// Host returns the registry host as the kubelet's SplitURL gives it:
+// without its port, "::1" for "[::1]:5000", the registry as written
+// ("[::1]", "Reg.Example") when it names no port.
 func (im Image) Host() string { return im.host }
 
 // Port returns the registry port, or "" when the reference names none.
 func (im Image) Port() string { return im.port }
 
-// String returns the normalized repository name, such as
-// "docker.io/library/alpine".
-func (im Image) String() string { return im.Registry + "/" + im.Repository }
+// Name returns the normalized name, such as "docker.io/library/alpine":
+// what the kubelet looks credentials up for and asks credential provider
+// plugins about. The registry keeps its case.
+func (im Image) Name() string { return im.name }
+
+// String returns Name.
+func (im Image) String() string { return im.name }
+
+// DockerHub reports whether the kubelet takes the image for a Docker Hub
+// image when no key of a keyring matched it (isDefaultRegistryMatch): its
+// registry is "docker.io", or holds neither '.' nor ':' ("localhost",
+// "LocalHost"). Such an image gets the credentials filed under the key
+// "index.docker.io".
+func (im Image) DockerHub() bool { return im.hub }
 
 // ParseImage parses an image reference with the kubelet's grammar
 // (imageref.Parse, that of distribution/reference): what the kubelet
 // rejects is an error wrapping ErrInvalidImage and imageref.ErrInvalid,
-// with the kubelet's reason. For matching credentials, the registry is then
-// compared case-insensitively and Docker Hub's aliases (index.docker.io,
-// registry-1.docker.io) are folded into "docker.io", with "library/" made
-// explicit for an official image.
+// with the kubelet's reason. It does not allocate for a name that needs
+// no rewriting.
 func ParseImage(image string) (Image, error) {
 	ref, err := imageref.Parse(image)
 	if err != nil {
 		return Image{}, fmt.Errorf("%w: %w", ErrInvalidImage, err)
 	}
-	registry := credential.NormalizeRegistry(ref.Registry()) // no allocation when already lower case
-	path := ref.Repository()
-	// imageref checked the host and port; a port of any length is the
-	// kubelet's grammar.
-	host, port := registry, ""
-	if i := strings.LastIndexByte(registry, ':'); i >= 0 && i > strings.LastIndexByte(registry, ']') {
-		host, port = registry[:i], registry[i+1:]
+	domain, repo, _ := strings.Cut(ref.Name, "/")
+	im := Image{
+		Registry:   credential.NormalizeRegistry(domain), // no allocation when already lower case
+		Repository: repo,
+		name:       ref.Name,
+		host:       domain,
+		hub:        domain == dockerHub || domain == legacyDockerHub || !strings.ContainsAny(domain, ".:"),
 	}
-	if registry == dockerHub {
-		host = dockerHub
-		if strings.IndexByte(path, '/') < 0 {
-			path = "library/" + path
-		}
+	// net.SplitHostPort, as the kubelet's SplitURL calls it, on the
+	// grammar's hosts: "host:port" and "[v6]:port" split, anything else
+	// ("host", "[v6]") is kept whole with no port.
+	if i := strings.LastIndexByte(domain, ':'); i >= 0 && i > strings.LastIndexByte(domain, ']') {
+		im.host, im.port = strings.TrimSuffix(strings.TrimPrefix(domain[:i], "["), "]"), domain[i+1:]
 	}
-	return Image{Registry: registry, Repository: path, host: host, port: port}, nil
+	im.labels = strings.Count(im.host, ".") + 1
+	return im, nil
 }
 
-// ImageRegistry returns the normalized registry (host[:port]) of an image
-// reference: "docker.io" for Docker Hub images, lower case otherwise. It is
-// the registry a credential found for the image is presented to, and the
-// one to pass to credential.Hasher.Hash.
+// ImageRegistry returns the registry (host[:port]) a credential found for
+// an image reference is hashed for: "docker.io" for Docker Hub images,
+// lower case otherwise (Image.Registry). It is the one to pass to
+// credential.Hasher.Hash.
 func ImageRegistry(image string) (string, error) {
 	im, err := ParseImage(image)
 	if err != nil {
@@ -76,92 +94,12 @@ func ImageRegistry(image string) (string, error) {
 	return im.Registry, nil
 }
 
-// splitHostPort splits "host[:port]" (or "[v6]:port"). The port, when
-// present, must be 1 to 5 digits; an empty host is an error.
-func splitHostPort(s string) (host, port string, err error) {
-	host = s
-	if strings.HasPrefix(s, "[") {
-		end := strings.IndexByte(s, ']')
-		if end < 0 {
-			return "", "", fmt.Errorf("unterminated IPv6 address")
-		}
-		host = s[:end+1]
-		rest := s[end+1:]
-		switch {
-		case rest == "":
-		case rest[0] == ':':
-			port = rest[1:]
-			if !validPort(port) {
-				return "", "", fmt.Errorf("invalid port %q", port)
-			}
-		default:
-			return "", "", fmt.Errorf("unexpected %q after IPv6 address", rest)
-		}
-		return host, port, nil
-	}
-	if i := strings.IndexByte(s, ':'); i >= 0 {
-		host, port = s[:i], s[i+1:]
-		if !validPort(port) {
-			return "", "", fmt.Errorf("invalid port %q", port)
-		}
-	}
-	if host == "" {
-		return "", "", fmt.Errorf("empty host")
-	}
-	return host, port, nil
-}
-
-func validPort(p string) bool {
-	if p == "" || len(p) > 5 {
-		return false
-	}
-	for i := 0; i < len(p); i++ {
-		if p[i] < '0' || p[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// checkHost validates a lower-case host: a bracketed IPv6 literal, or dot-
-// separated non-empty labels of letters, digits, '-' and '_' (and '*' when
-// wildcards are allowed).
-func checkHost(host string, wildcards bool) error {
-	if strings.HasPrefix(host, "[") {
-		if !strings.HasSuffix(host, "]") || len(host) < 3 {
-			return fmt.Errorf("invalid IPv6 host %q", host)
-		}
-		for i := 1; i < len(host)-1; i++ {
-			c := host[i]
-			if !(c == ':' || c == '.' || isHex(c)) {
-				return fmt.Errorf("invalid IPv6 host %q", host)
-			}
-		}
-		return nil
-	}
-	labelLen := 0
-	for i := 0; i < len(host); i++ {
-		c := host[i]
-		switch {
-		case c == '.':
-			if labelLen == 0 {
-				return fmt.Errorf("empty label in host %q", host)
-			}
-			labelLen = 0
-			continue
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
-		case c == '*' && wildcards:
-		default:
-			return fmt.Errorf("invalid character %q in host %q", c, host)
-		}
-		labelLen++
-	}
-	if labelLen == 0 {
-		return fmt.Errorf("empty label in host %q", host)
-	}
-	return nil
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
-}
+// Docker Hub's names.
+const (
+	// dockerHub is the registry of Docker Hub images in normalized names.
+	dockerHub = "docker.io"
+	// legacyDockerHub is the kubelet's defaultRegistryHost: the key whose
+	// credentials a Docker Hub image gets when no key matched it (the
+	// kubelet files "https://index.docker.io/v1/" under it).
+	legacyDockerHub = "index.docker.io"
+)

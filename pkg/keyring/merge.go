@@ -8,14 +8,12 @@ import (
 )
 
 // Merge returns a keyring that asks each of krs in argument order and
-// returns their candidates in that order: all of the first keyring's
-// candidates (in its own order), then the second's, and so on. A pod's
-// keyring is Merge(pull secrets, node, credential provider plugins).
-//
-// A candidate whose hash equals an earlier candidate's (the same
-// credential for the same registry) is left out, so the first, more
-// specific or earlier source is the one tried and recorded. (Candidates
-// from other keyrings that carry no hash are never left out.)
+// returns their candidates in that order, as the kubelet's
+// UnionDockerKeyring does: all of the first keyring's candidates (in its
+// own order), then the second's, and so on. A pod's keyring is
+// Merge(pull secrets, node, credential provider plugins). Nothing is left
+// out: a credential that two keyrings hold is returned twice, as the
+// kubelet returns (and tries) it twice.
 //
 // A keyring's error does not stop the others: Lookup returns every
 // candidate found together with the errors joined. An image that does not
@@ -51,8 +49,8 @@ func (m merged) Lookup(ctx context.Context, image string) ([]credential.Credenti
 	)
 	hits := stack[:0]
 	for _, kr := range m {
-		if sk, ok := kr.(*staticKeyring); ok {
-			hits = sk.collect(hits, im) // parsed once, no allocation
+		if sk, ok := kr.(*Static); ok {
+			hits = sk.lookup(hits, im) // parsed once, no allocation
 			continue
 		}
 		found, err := kr.Lookup(ctx, image)

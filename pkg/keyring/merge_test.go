@@ -28,7 +28,11 @@ func (f *fixedKeyring) Lookup(context.Context, string) ([]credential.Credential,
 	return f.creds, f.err
 }
 
-func TestMergeOrderDedupAndErrors(t *testing.T) {
+// TestMergeOrderAndErrors: a union of keyrings returns each one's
+// candidates in argument order, each in its own order, and, as the
+// kubelet's UnionDockerKeyring, leaves nothing out: a credential two
+// keyrings hold comes twice.
+func TestMergeOrderAndErrors(t *testing.T) {
 	h := testHasher(t)
 	shared := credential.AuthConfig{Username: "shared", Password: "pw-s3cret-Qz8"}
 	secrets, errs := keyring.FromSecrets(h, []*corev1.Secret{
@@ -65,9 +69,10 @@ func TestMergeOrderDedupAndErrors(t *testing.T) {
 		{Registry: "r.example", Source: secretSource("ns", "pull"), User: "shared"}, // secrets first, in their own order...
 		{Registry: "r.example", Source: secretSource("ns", "pull"), User: "secret-wild"},
 		{Registry: "r.example", Source: nodeSrc, User: "node-exact"}, // ...then the node, not re-sorted
-		// the node's "shared" is the secret's credential: left out.
+		{Registry: "r.example", Source: nodeSrc, User: "shared"},     // the secret's credential again
 		{Registry: "r.example", Source: pluginSource, User: "plugin"},
-		{Registry: "r.example", Source: pluginSource, User: "unhashed-1"}, // no hash: never merged away
+		{Registry: "r.example", Source: pluginSource, User: "shared"},
+		{Registry: "r.example", Source: pluginSource, User: "unhashed-1"},
 		{Registry: "r.example", Source: pluginSource, User: "unhashed-2"},
 	}, summarize(got))
 	assert.Equal(t, int32(1), plugin.calls.Load())

@@ -82,8 +82,15 @@ func DefaultNodeConfigFiles(rootDir string) []string {
 // *ConfigFileError values; the keyring is never nil and is empty when no
 // file was found. h must not be nil.
 func NodeKeyring(h *credential.Hasher, files []string) (Keyring, error) {
+	kr, _, err := readNode(h, files)
+	return kr, err
+}
+
+// readNode is NodeKeyring that also returns the index in files of the file
+// it used, len(files) when none.
+func readNode(h *credential.Hasher, files []string) (*Static, int, error) {
 	var errs []error
-	for _, path := range files {
+	for i, path := range files {
 		if path == "" {
 			continue
 		}
@@ -99,17 +106,17 @@ func NodeKeyring(h *credential.Hasher, files []string) (Keyring, error) {
 		src := credential.Source{Kind: credential.SourceNode, Name: path}
 		entries := make([]*entry, 0, len(parsed))
 		for _, ce := range parsed {
-			p, err := parsePattern(ce.Key, true)
+			key, err := ConfigKey(ce.Key)
 			if err != nil {
-				errs = append(errs, &ConfigFileError{Path: path, Err: &PatternError{Pattern: ce.Key, Err: err}})
+				errs = append(errs, &ConfigFileError{Path: path, Err: err})
 				continue
 			}
-			entries = append(entries, &entry{pattern: p, auth: ce.Auth, source: src})
+			entries = append(entries, &entry{key: key, auth: ce.Auth, source: src})
 		}
 		klog.V(2).InfoS("Using node docker config", "path", path, "entries", len(entries))
-		return newStaticKeyring(h, entries), errors.Join(errs...)
+		return &Static{newIndex(h, entries)}, i, errors.Join(errs...)
 	}
-	return newStaticKeyring(h, nil), errors.Join(errs...)
+	return &Static{newIndex(h, nil)}, len(files), errors.Join(errs...)
 }
 
 // readConfigFile reads and parses one node config file. Its error is

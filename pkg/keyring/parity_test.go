@@ -1,6 +1,7 @@
 package keyring_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -8,14 +9,18 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/imageref"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
-// TestKeyMatchingAsTheKubelet: the kubelet's keyring (URLsMatch) requires
-// the key's path to be a prefix of the image's path, so a key written with
-// a trailing slash matches only repositories under it. Expected values are
-// the kubelet's, written in.
+// TestKeyMatchingAsTheKubelet: docker config keys are filed and matched as
+// the kubelet's BasicDockerKeyring files and matches them: the key's path
+// is a string prefix of the image's, so a key written with a trailing
+// slash matches only repositories under it and "team" matches
+// "teammate"; hosts are compared as written; Docker Hub's aliases are not
+// folded. Expected values are the kubelet's, written in (test/kubelet
+// compares with the kubelet's own keyring).
 func TestKeyMatchingAsTheKubelet(t *testing.T) {
 	tests := []struct {
 		key, image string
@@ -26,11 +31,27 @@ func TestKeyMatchingAsTheKubelet(t *testing.T) {
 		{key: "reg.example/team/", image: "reg.example/teammate/app:v1", want: false},
 		{key: "reg.example/team", image: "reg.example/team:v1", want: true},
 		{key: "reg.example/team", image: "reg.example/team/app:v1", want: true},
+		{key: "reg.example/team", image: "reg.example/teammate/app:v1", want: true},
 		{key: "reg.example/", image: "reg.example/app:v1", want: true},
+		{key: "https://reg.example/v2/team", image: "reg.example/team/app", want: true},
+		{key: "http://reg.example/v1/", image: "reg.example/app", want: true},
+		{key: "Node.Example:5000", image: "node.example:5000/app", want: false},
+		{key: "registry-1.docker.io", image: "docker.io/tenant-a/app", want: false},
+		{key: "registry-1.docker.io", image: "tenant-a/app", want: false},
+		{key: "docker.io", image: "tenant-a/app", want: true},
+		{key: "docker.io/tenant-a", image: "tenant-a/app", want: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+" "+tt.image, func(t *testing.T) {
-			assert.Equal(t, tt.want, keyring.MatchImage(tt.key, tt.image))
+			h := testHasher(t)
+			kr, err := keyring.NewStatic(h, pluginSource, map[string]credential.AuthConfig{
+				tt.key:                     {Username: "u", Password: "pw-s3cret-Qz8"},
+				"never.example.invalid/xx": {Username: "other", Password: "pw-s3cret-Qz8"},
+			})
+			require.NoError(t, err)
+			got, err := kr.Lookup(context.Background(), tt.image)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, len(got) == 1)
 		})
 	}
 }
@@ -93,7 +114,7 @@ func TestCheckMatch(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
-	_, err := keyring.CheckMatch("reg.example/*/x", "reg.example/a/x")
+	_, err := keyring.CheckMatch("reg example", "reg.example/a/x")
 	var pe *keyring.PatternError
 	assert.ErrorAs(t, err, &pe)
 }

@@ -1,75 +1,125 @@
 package keyring
 
 import (
-	"fmt"
+	"errors"
+	"net"
+	"net/url"
+	"path/filepath"
 	"strings"
-
-	"github.com/pullguard/pullguard/pkg/credential"
 )
 
-// Pattern is a compiled image pattern: a docker config key or a credential
-// provider's matchImages entry, such as "*.azurecr.io",
-// "registry.example:5000/team" or "https://index.docker.io/v1/".
+// Pattern is a compiled image glob: a credential provider's matchImages
+// entry, or the key a docker config entry is filed under (ConfigKey). It
+// is read as the kubelet's URLsMatchStr(glob, image) reads it
+// (k8s.io/kubernetes pkg/credentialprovider): "https://" is put in front
+// of the glob and the result parsed with net/url; the host is split from
+// its port with net.SplitHostPort (a host without a port keeps it all) and
+// into labels at every '.'.
 //
-// A pattern matches an image when all of these hold:
-//   - the pattern's host has as many dot-separated labels as the image's
-//     registry host and each label matches; in a pattern label '*' stands
-//     for any run of characters inside that one label, so "*.k8s.io",
-//     "k8s.*.io", "k8s.*" and "app*.k8s.io" are valid and "*.io" does not
-//     match "a.b.io". Hosts compare case-insensitively;
-//   - the ports are equal: a pattern with a port matches only that port,
-//     and a pattern without one matches only images that name no port (as
-//     the kubelet does);
-//   - the pattern's path, if any, is a prefix of the image's repository
-//     on whole segments: "reg.example/team" matches "reg.example/team" and
-//     "reg.example/team/app" but not "reg.example/teammate". A path written
-//     with a trailing '/' ("reg.example/team/") matches only repositories
-//     under it ("reg.example/team/app", not "reg.example/team"), as the
-//     kubelet's path-prefix rule does.
+// A pattern matches an image when all of these hold, compared with the
+// image's normalized name (Image.Name, "docker.io/library/alpine" for
+// "alpine") read the same way:
+//   - the ports are equal: a pattern without a port matches only images
+//     that name none;
+//   - the hosts have as many labels;
+//   - the pattern's URL path is a plain string prefix of the image's
+//     ("/team" is a prefix of "/teammate/app", and "/team/" is not one of
+//     "/team");
+//   - each host label matches as a path/filepath.Match pattern: '*' and
+//     '?' within the label, '[...]' classes, '\\' escapes, all
+//     case-sensitive; a malformed label matches nothing.
 //
-// Docker Hub is spelled "docker.io" whichever alias the pattern uses
-// ("index.docker.io", "registry-1.docker.io"), and images without a
-// registry are Docker Hub images ("alpine" is "docker.io/library/alpine").
+// Nothing else is folded: not the case of a host, not Docker Hub's
+// aliases. Images on Docker Hub are named "docker.io/..." (an
+// "index.docker.io/..." image is renamed so); the keyrings add the
+// kubelet's one Docker Hub rule, the fallback to the key
+// "index.docker.io" (see the package documentation).
+//
 // The zero Pattern matches nothing.
 type Pattern struct {
 	raw    string
-	host   string // lower case, may hold '*'
-	port   string
-	path   string // no leading or trailing '/'
-	dir    bool   // the path was written with a trailing '/': only repositories under it match
-	labels int    // number of host labels
-
-	wildcard bool // host holds a '*'
-	segments int  // number of path segments
-	literal  int  // host bytes that are not '*'
+	labels []string // host labels: filepath.Match patterns
+	// literal has bit i set when labels[i] holds no glob syntax, so
+	// that == is filepath.Match's answer (labels past 64 use Match).
+	literal uint64
+	port    string
+	path    string // the URL path: "" or starting with '/'
+	valid   bool
 }
 
-// ParsePattern compiles an image pattern. An "http://" or "https://"
-// prefix is ignored. It fails for an empty pattern, a malformed host or
-// port, and for patterns that could never match an image: a wildcard in
-// the port or path, an empty path segment, or a path character that image
-// repositories cannot hold.
-func ParsePattern(pattern string) (Pattern, error) {
-	p, err := parsePattern(pattern, false)
+// ParsePattern compiles an image glob as the kubelet reads a matchImages
+// entry. It fails only where the kubelet's own check of a matchImages
+// entry fails (net/url cannot parse "https://"+glob), with a
+// *PatternError. A pattern can be valid and never match ("reg.example/*":
+// a path is compared literally, and no repository holds a '*').
+func ParsePattern(glob string) (Pattern, error) {
+	u, err := url.Parse("https://" + glob)
 	if err != nil {
-		return Pattern{}, &PatternError{Pattern: pattern, Err: err}
+		return Pattern{}, &PatternError{Pattern: glob, Err: urlReason(err)}
 	}
-	return p, nil
+	return compile(glob, u), nil
 }
 
-// MatchImage reports whether the image reference matches the pattern, with
+// ConfigKey returns the key under which the kubelet's
+// BasicDockerKeyring.Add files a docker config entry (or a credential
+// provider's auth entry) written as raw: "https://" is put in front
+// unless raw starts with "https://" or "http://" (as written, case
+// included), the result is parsed with net/url, a leading "/v1/" or "/v2/"
+// of its path is dropped, and the key is the host followed by the path,
+// unless the path is empty or "/". So "https://index.docker.io/v1/" is
+// "index.docker.io", "reg.example/v2/team" is "reg.example/team" and
+// "reg.example/team/" stays so. An entry whose key does not parse is
+// skipped by the kubelet; ConfigKey returns a *PatternError for it.
+func ConfigKey(raw string) (string, error) {
+	value := raw
+	if !strings.HasPrefix(value, "https://") && !strings.HasPrefix(value, "http://") {
+		value = "https://" + value
+	}
+	u, err := url.Parse(value)
+	if err != nil {
+		return "", &PatternError{Pattern: raw, Err: urlReason(err)}
+	}
+	path := u.Path
+	if strings.HasPrefix(path, "/v2/") || strings.HasPrefix(path, "/v1/") {
+		path = path[len("/v2"):]
+	}
+	if path == "" || path == "/" {
+		return u.Host, nil
+	}
+	return u.Host + path, nil
+}
+
+// urlReason is the reason of a net/url error without the URL it quotes
+// (the pattern is quoted once, by PatternError).
+func urlReason(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// compile splits a parsed glob as the kubelet's SplitURL does.
+func compile(raw string, u *url.URL) Pattern {
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		host, port = u.Host, ""
+	}
+	p := Pattern{raw: raw, labels: strings.Split(host, "."), port: port, path: u.Path, valid: true}
+	for i, l := range p.labels {
+		if i < 64 && !strings.ContainsAny(l, `*?[\`) {
+			p.literal |= 1 << i
+		}
+	}
+	return p
+}
+
+// MatchImage reports whether the image reference matches the glob, with
 // the rules documented on Pattern. An invalid pattern or image matches
 // nothing; CheckMatch tells them apart.
 func MatchImage(pattern, image string) bool {
-	p, err := ParsePattern(pattern)
-	if err != nil {
-		return false
-	}
-	im, err := ParseImage(image)
-	if err != nil {
-		return false
-	}
-	return p.Match(im)
+	ok, _ := CheckMatch(pattern, image)
+	return ok
 }
 
 // CheckMatch is MatchImage that tells an invalid pattern or image (an
@@ -90,167 +140,29 @@ func CheckMatch(pattern, image string) (bool, error) {
 // String returns the pattern as it was given.
 func (p Pattern) String() string { return p.raw }
 
-// Match reports whether the parsed image matches the pattern.
+// Match reports whether the parsed image matches the pattern. It does not
+// allocate.
 func (p Pattern) Match(im Image) bool {
-	if p.labels == 0 || p.port != im.port {
+	if !p.valid || p.port != im.port || len(p.labels) != im.labels {
 		return false
 	}
-	if !p.matchHost(im.host) {
+	// The image's URL path is "/" + its repository.
+	if p.path != "" && (p.path[0] != '/' || !strings.HasPrefix(im.Repository, p.path[1:])) {
 		return false
 	}
-	if p.path == "" {
-		return true
-	}
-	repo := im.Repository
-	if !strings.HasPrefix(repo, p.path) {
-		return false
-	}
-	if len(repo) == len(p.path) {
-		return !p.dir
-	}
-	return repo[len(p.path)] == '/'
-}
-
-// matchHost matches host label by label without allocating.
-func (p Pattern) matchHost(host string) bool {
-	if !p.wildcard {
-		return host == p.host
-	}
-	pat := p.host
-	for {
-		pi := strings.IndexByte(pat, '.')
-		hi := strings.IndexByte(host, '.')
-		if (pi < 0) != (hi < 0) {
-			return false // label counts differ
-		}
-		if pi < 0 {
-			return matchLabel(pat, host)
-		}
-		if !matchLabel(pat[:pi], host[:hi]) {
-			return false
-		}
-		pat, host = pat[pi+1:], host[hi+1:]
-	}
-}
-
-// matchLabel matches one host label against a label pattern in which '*'
-// stands for any run of characters (possibly empty).
-func matchLabel(pat, s string) bool {
-	// Classic linear wildcard matching with one backtrack point.
-	pi, si := 0, 0
-	star, mark := -1, 0
-	for si < len(s) {
-		switch {
-		case pi < len(pat) && pat[pi] == '*':
-			star, mark = pi, si
-			pi++
-		case pi < len(pat) && pat[pi] == s[si]:
-			pi++
-			si++
-		case star >= 0:
-			pi = star + 1
-			mark++
-			si = mark
-		default:
-			return false
-		}
-	}
-	for pi < len(pat) && pat[pi] == '*' {
-		pi++
-	}
-	return pi == len(pat)
-}
-
-// moreSpecific orders two patterns that both match one image: an exact
-// host before a wildcard host, then more path segments first, then more
-// literal (non-'*') host characters first. It returns false for ties.
-// MoreSpecific reports whether p ranks before q in candidate order: an
-// exact host before a wildcard host, then more path segments, then more
-// literal host characters. Patterns that rank equal keep their source
-// order; every keyring, and credential provider responses, order by it.
-func (p Pattern) MoreSpecific(q Pattern) bool { return moreSpecific(&p, &q) }
-
-func moreSpecific(a, b *Pattern) bool {
-	if a.wildcard != b.wildcard {
-		return !a.wildcard
-	}
-	if a.segments != b.segments {
-		return a.segments > b.segments
-	}
-	return a.literal > b.literal
-}
-
-// parsePattern does the work of ParsePattern. For a docker config key
-// (configKey true) a leading "/v1/" or "/v2/" path segment is dropped, as
-// the docker CLI and the kubelet treat "https://index.docker.io/v1/" as
-// the host alone.
-func parsePattern(raw string, configKey bool) (Pattern, error) {
-	s := raw
-	for _, scheme := range [...]string{"https://", "http://"} {
-		if len(s) >= len(scheme) && strings.EqualFold(s[:len(scheme)], scheme) {
-			s = s[len(scheme):]
-			break
-		}
-	}
-	hostport, path, _ := strings.Cut(s, "/")
-	if hostport == "" {
-		return Pattern{}, fmt.Errorf("empty host")
-	}
-	if configKey && (strings.HasPrefix(path, "v1/") || strings.HasPrefix(path, "v2/")) {
-		path = path[len("v1/"):]
-	}
-	dir := false
-	if strings.HasSuffix(path, "/") {
-		path, dir = path[:len(path)-1], path != "/"
-	}
-	hostport = credential.NormalizeRegistry(hostport)
-	host, port, err := splitHostPort(hostport)
-	if err != nil {
-		return Pattern{}, err
-	}
-	if err := checkHost(host, true); err != nil {
-		return Pattern{}, err
-	}
-	segments, err := checkPatternPath(path)
-	if err != nil {
-		return Pattern{}, err
-	}
-	return Pattern{
-		raw:      raw,
-		host:     host,
-		port:     port,
-		path:     path,
-		dir:      dir,
-		labels:   strings.Count(host, ".") + 1,
-		wildcard: strings.Contains(host, "*"),
-		segments: segments,
-		literal:  len(host) - strings.Count(host, "*"),
-	}, nil
-}
-
-// checkPatternPath validates a pattern path (no leading or trailing '/')
-// and returns its number of segments.
-func checkPatternPath(path string) (int, error) {
-	if path == "" {
-		return 0, nil
-	}
-	segments := 1
-	prev := byte('/')
-	for i := 0; i < len(path); i++ {
-		c := path[i]
-		switch {
-		case c == '/':
-			if prev == '/' {
-				return 0, fmt.Errorf("empty path segment")
+	host := im.host
+	for i, pl := range p.labels {
+		label, rest, _ := strings.Cut(host, ".")
+		host = rest
+		if p.literal&(1<<i) != 0 { // 0 for i >= 64
+			if pl != label {
+				return false
 			}
-			segments++
-		case c == '*':
-			return 0, fmt.Errorf("wildcards are not supported in the path")
-		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
-		default:
-			return 0, fmt.Errorf("invalid character %q in path", c)
+			continue
 		}
-		prev = c
+		if ok, _ := filepath.Match(pl, label); !ok {
+			return false
+		}
 	}
-	return segments, nil
+	return true
 }

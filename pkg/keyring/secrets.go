@@ -68,15 +68,15 @@ func FromSecrets(h *credential.Hasher, secrets []*corev1.Secret) (Keyring, []err
 			Kind: credential.SourceSecret, Namespace: s.Namespace, Name: s.Name, UID: string(s.UID),
 		}
 		for _, ce := range parsed {
-			p, err := parsePattern(ce.Key, true)
+			key, err := ConfigKey(ce.Key)
 			if err != nil {
-				fail(field+auths+"["+quoteKey(ce.Key)+"]", &PatternError{Pattern: ce.Key, Err: err})
+				fail(field+auths+"["+quoteKey(ce.Key)+"]", err)
 				continue
 			}
-			entries = append(entries, &entry{pattern: p, auth: ce.Auth, source: src})
+			entries = append(entries, &entry{key: key, auth: ce.Auth, source: src})
 		}
 	}
-	return newStaticKeyring(h, entries), errs
+	return &Static{newIndex(h, entries)}, errs
 }
 
 // secretData returns the value of key, preferring StringData.

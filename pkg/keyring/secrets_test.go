@@ -12,10 +12,13 @@ import (
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
+// TestFromSecretsCandidateOrder: a pod's secrets make one keyring, as the
+// kubelet's: the keys of all of them in reverse lexical order (byte order:
+// '*' before letters, so a literal host comes before a glob over it, and a
+// longer path before its prefix), the credentials of one key in secret
+// order, then file order.
 func TestFromSecretsCandidateOrder(t *testing.T) {
 	h := testHasher(t)
-	// Listed least specific first on purpose: the order must come from the
-	// patterns, with secret order and file order only breaking ties.
 	first := dockerConfigJSONSecret("team-a", "first", []byte(`{"auths":{
 		"*.*.example":        {"username":"wild2","password":"pw-s3cret-Qz8"},
 		"*.r.example":        {"username":"wild1","password":"pw-s3cret-Qz8"},
@@ -26,34 +29,49 @@ func TestFromSecretsCandidateOrder(t *testing.T) {
 		"https://a.r.example":        {"username":"host-second","password":"pw-s3cret-Qz8"},
 		"a.r.example/team/app":       {"username":"path2","password":"pw-s3cret-Qz8"},
 		"a.r.example/team":           {"username":"path1","password":"pw-s3cret-Qz8"},
-		"a.r.example/teammate":       {"username":"not-a-prefix","password":"pw-s3cret-Qz8"},
+		"a.r.example/teammate":       {"username":"longer","password":"pw-s3cret-Qz8"},
+		"a.r.example/te":             {"username":"te","password":"pw-s3cret-Qz8"},
 		"a.r.example:5000":           {"username":"other-port","password":"pw-s3cret-Qz8"}
 	}`))
 	kr, errs := keyring.FromSecrets(h, []*corev1.Secret{first, second})
 	require.Empty(t, errs)
 
-	got, err := kr.Lookup(context.Background(), "A.R.example/team/app:v1")
-	require.NoError(t, err)
-	users := make([]string, 0, len(got))
-	for _, c := range got {
-		users = append(users, c.Auth.Username)
-		assert.Equal(t, "a.r.example", c.Registry)
+	users := func(image string) []string {
+		t.Helper()
+		got, err := kr.Lookup(context.Background(), image)
+		require.NoError(t, err)
+		assertHashes(t, h, got)
+		out := make([]string, 0, len(got))
+		for _, c := range got {
+			out = append(out, c.Auth.Username)
+		}
+		return out
 	}
 	assert.Equal(t, []string{
-		"path2",       // exact host, two path segments
-		"path1",       // exact host, one path segment
-		"host-first",  // exact host, no path: first secret...
-		"host-second", // ...before the second
-		"wild-path",   // wildcard host with a path
-		"wild1",       // wildcard host, more literal characters
-		"wild2",
-	}, users)
-	assertHashes(t, h, got)
+		"path2",       // a.r.example/team/app
+		"path1",       // a.r.example/team
+		"te",          // a.r.example/te: a string prefix of the path
+		"host-first",  // a.r.example: the first secret...
+		"host-second", // ...then the second
+		"wild-path",   // *.r.example/team
+		"wild1",       // *.r.example
+		"wild2",       // *.*.example
+	}, users("a.r.example/team/app:v1"))
+	assert.Equal(t, []string{"longer", "path1", "te", "host-first", "host-second", "wild-path", "wild1", "wild2"}, users("a.r.example/teammate/app"),
+		"\"/team\" is a string prefix of \"/teammate/app\"")
+	assert.Equal(t, []string{"wild2"}, users("A.R.example/team/app"), "hosts are compared as written: only the glob matches upper case")
+
+	got, err := kr.Lookup(context.Background(), "a.r.example/team/app")
+	require.NoError(t, err)
 	assert.Equal(t, secretSource("team-a", "second"), got[0].Source)
-	assert.Equal(t, secretSource("team-a", "first"), got[2].Source)
+	assert.Equal(t, secretSource("team-a", "first"), got[3].Source)
+	assert.Equal(t, "a.r.example", got[0].Registry)
 }
 
-func TestFromSecretsDeduplicates(t *testing.T) {
+// TestFromSecretsKeepsRepeatedCredentials: a credential filed under
+// several matching keys is returned for each, as the kubelet returns (and
+// tries) it.
+func TestFromSecretsKeepsRepeatedCredentials(t *testing.T) {
 	h := testHasher(t)
 	same := `{"username":"alice","password":"pw-s3cret-Qz8"}`
 	a := dockerConfigJSONSecret("ns", "a", []byte(`{"auths":{"*.example":`+same+`,"r.example":`+same+`}}`))
@@ -63,8 +81,72 @@ func TestFromSecretsDeduplicates(t *testing.T) {
 
 	got, err := kr.Lookup(context.Background(), "r.example/team/app")
 	require.NoError(t, err)
-	require.Len(t, got, 1, "one credential, tried once")
-	assert.Equal(t, secretSource("ns", "b"), got[0].Source, "the most specific match is kept")
+	assert.Equal(t, []summary{
+		{Registry: "r.example", Source: secretSource("ns", "b"), User: "alice"},
+		{Registry: "r.example", Source: secretSource("ns", "a"), User: "alice"},
+		{Registry: "r.example", Source: secretSource("ns", "a"), User: "alice"},
+	}, summarize(got))
+	assertHashes(t, h, got)
+}
+
+// TestDockerHubFallback: when no key of a keyring matches a Docker Hub
+// image (the kubelet's isDefaultRegistryMatch: registry docker.io, or one
+// with neither '.' nor ':'), it gets the credentials of the key
+// "index.docker.io" (however written: "https://index.docker.io/v1/" too),
+// across all the keyring's secrets; when a key matched, only that key's.
+func TestDockerHubFallback(t *testing.T) {
+	h := testHasher(t)
+	hub := dockerConfigJSONSecret("ns", "hub", []byte(`{"auths":{
+		"https://index.docker.io/v1/": {"username":"hub-v1","password":"pw-hub-K2m"},
+		"index.docker.io":             {"username":"hub-bare","password":"pw-hub-K2m"},
+		"docker.io/team":              {"username":"team","password":"pw-hub-K2m"},
+		"registry-1.docker.io":        {"username":"registry-1","password":"pw-hub-K2m"},
+		"quay.io":                     {"username":"quay","password":"pw-hub-K2m"}
+	}}`))
+	other := dockerConfigJSONSecret("ns", "other", []byte(`{"auths":{"index.docker.io/v1/":{"username":"hub-other","password":"pw-hub-K2m"}}}`))
+	kr, errs := keyring.FromSecrets(h, []*corev1.Secret{hub, other})
+	require.Empty(t, errs)
+
+	fallback := []string{"hub-v1", "hub-bare", "hub-other"} // one key, in the order added
+	tests := []struct {
+		image string
+		want  []string
+	}{
+		{image: "alpine", want: fallback},
+		{image: "docker.io/library/alpine:3.20", want: fallback},
+		{image: "index.docker.io/someone/app", want: fallback},
+		{image: "someone/app", want: fallback},
+		{image: "team/app", want: []string{"team"}},     // a key matched: no fallback
+		{image: "teammate/app", want: []string{"team"}}, // a string prefix matched
+		{image: "localhost/app", want: fallback},        // no '.' nor ':': the kubelet takes it for Docker Hub
+		{image: "LocalHost/app", want: fallback},        // likewise
+		{image: "localhost:5000/app", want: nil},        // a port: not Docker Hub
+		{image: "registry-1.docker.io/library/alpine", want: []string{"registry-1"}},
+		{image: "quay.io/app", want: []string{"quay"}},
+		{image: "other.example/app", want: nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.image, func(t *testing.T) {
+			got, err := kr.Lookup(context.Background(), tt.image)
+			require.NoError(t, err)
+			var users []string
+			for _, c := range got {
+				users = append(users, c.Auth.Username)
+			}
+			assert.Equal(t, tt.want, users)
+			assertHashes(t, h, got)
+		})
+	}
+
+	// An entry without credentials matches like any other, and so stops
+	// the fallback (it is tried as an anonymous pull).
+	empty := dockerConfigJSONSecret("ns", "empty", []byte(`{"auths":{"docker.io":{},"https://index.docker.io/v1/":{"username":"hub","password":"pw-hub-K2m"}}}`))
+	kr, errs = keyring.FromSecrets(h, []*corev1.Secret{empty})
+	require.Empty(t, errs)
+	got, err := kr.Lookup(context.Background(), "alpine")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Anonymous())
 	assertHashes(t, h, got)
 }
 
@@ -79,7 +161,7 @@ func TestFromSecretsMalformedSecretsAreSkipped(t *testing.T) {
 	}
 	stringData.Name = "string-data"
 	partlyBad := dockercfgSecret("ns", "partly-bad", []byte(`{
-		"r.example/*":{"username":"skipped","password":"pw-s3cret-Qz8"},
+		"r.example:http":{"username":"skipped","password":"pw-s3cret-Qz8"},
 		"r.example":{"username":"kept","password":"pw-legacy-Tt1"}}`))
 
 	tests := []struct {
@@ -166,7 +248,7 @@ func TestFromSecretsMalformedSecretsAreSkipped(t *testing.T) {
 		assert.ErrorIs(t, errs[0], keyring.ErrInvalidPattern)
 		var serr *keyring.SecretError
 		require.ErrorAs(t, errs[0], &serr)
-		assert.Equal(t, `data[.dockercfg]["r.example/*"]`, serr.Field)
+		assert.Equal(t, `data[.dockercfg]["r.example:http"]`, serr.Field)
 		assertNoSecrets(t, errs[0].Error())
 		got, err := kr.Lookup(context.Background(), "r.example/app")
 		require.NoError(t, err)

@@ -11,13 +11,13 @@ import (
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
-// entry is one credential filed under one pattern.
+// entry is one credential filed under one key.
 type entry struct {
-	pattern Pattern
-	auth    credential.AuthConfig
-	source  credential.Source
+	key    string // ConfigKey of the entry as written
+	auth   credential.AuthConfig
+	source credential.Source
 	// hashes caches the credential's hash per registry it was presented
-	// to: one registry for an exact-host pattern, a few for a wildcard.
+	// to: one registry for a key without glob syntax, a few for a glob.
 	// It is copied on write, so readers never lock.
 	hashes atomic.Pointer[[]registryHash]
 }
@@ -27,8 +27,8 @@ type registryHash struct {
 	hash     credential.Hash
 }
 
-// maxCachedHashes bounds the per-entry hash cache; a wildcard pattern
-// matching more registries than this hashes the rest on each look-up.
+// maxCachedHashes bounds the per-entry hash cache; a glob key matching
+// more registries than this hashes the rest on each look-up.
 const maxCachedHashes = 16
 
 // hash returns the keyed hash of the entry's credential presented to
@@ -67,42 +67,81 @@ func cachedHash(cached *[]registryHash, registry string) (credential.Hash, bool)
 	return credential.Hash{}, false
 }
 
-// staticKeyring is a fixed list of entries, sorted most specific first.
-type staticKeyring struct {
-	hasher  *credential.Hasher
+// group is the credentials filed under one key, in the order they were
+// added.
+type group struct {
+	key     string
+	pattern Pattern // key read as URLsMatchStr reads it; zero (no match) if it does not parse
 	entries []*entry
 }
 
-var _ Keyring = (*staticKeyring)(nil)
+// index is the kubelet's BasicDockerKeyring: entries grouped by key, the
+// keys in reverse lexical order, and the entries of the key
+// "index.docker.io" for Docker Hub images that no key matched.
+type index struct {
+	hasher *credential.Hasher
+	groups []group
+	hub    []*entry
+}
 
-// newStaticKeyring sorts entries (given in source order) most specific
-// first; the sort is stable, so source order breaks ties.
-func newStaticKeyring(h *credential.Hasher, entries []*entry) *staticKeyring {
+// newIndex files entries (given in the order the kubelet would add them)
+// under their keys. h must not be nil.
+func newIndex(h *credential.Hasher, entries []*entry) index {
 	if h == nil {
 		panic("keyring: nil credential.Hasher")
 	}
-	sort.SliceStable(entries, func(i, j int) bool {
-		return moreSpecific(&entries[i].pattern, &entries[j].pattern)
-	})
-	return &staticKeyring{hasher: h, entries: entries}
-}
-
-// Lookup implements Keyring.
-func (k *staticKeyring) Lookup(_ context.Context, image string) ([]credential.Credential, error) {
-	im, err := ParseImage(image)
-	if err != nil {
-		return nil, err
-	}
-	var stack [hitsOnStack]hit
-	return buildCandidates(k.collect(stack[:0], im), im), nil
-}
-
-// collect appends the entries that match im to hits, in candidate order.
-func (k *staticKeyring) collect(hits []hit, im Image) []hit {
-	for _, e := range k.entries {
-		if e.pattern.Match(im) {
-			hits = append(hits, hit{entry: e, hasher: k.hasher})
+	x := index{hasher: h}
+	at := make(map[string]int, len(entries))
+	for _, e := range entries {
+		i, ok := at[e.key]
+		if !ok {
+			i = len(x.groups)
+			at[e.key] = i
+			p, _ := ParsePattern(e.key) // as Lookup's URLsMatchStr: a key that does not parse matches nothing
+			x.groups = append(x.groups, group{key: e.key, pattern: p})
 		}
+		x.groups[i].entries = append(x.groups[i].entries, e)
+	}
+	sort.Slice(x.groups, func(i, j int) bool { return x.groups[i].key > x.groups[j].key })
+	for i := range x.groups {
+		if x.groups[i].key == legacyDockerHub {
+			x.hub = x.groups[i].entries
+		}
+	}
+	return x
+}
+
+// matches appends to hits the entries whose key matches im, in the
+// kubelet's order: keys in reverse lexical order, the entries of one key
+// in the order they were added.
+func (x *index) matches(hits []hit, im Image) []hit {
+	for i := range x.groups {
+		g := &x.groups[i]
+		if !g.pattern.Match(im) {
+			continue
+		}
+		for _, e := range g.entries {
+			hits = append(hits, hit{entry: e, hasher: x.hasher})
+		}
+	}
+	return hits
+}
+
+// lookup appends what the kubelet's BasicDockerKeyring.Lookup gives for
+// im: the matching entries or, when none matched and im is a Docker Hub
+// image, the entries of the key "index.docker.io".
+func (x *index) lookup(hits []hit, im Image) []hit {
+	n := len(hits)
+	hits = x.matches(hits, im)
+	if len(hits) == n && im.hub {
+		hits = x.appendHub(hits)
+	}
+	return hits
+}
+
+func (x *index) appendHub(hits []hit) []hit {
+	for _, e := range x.hub {
+		hits = append(hits, hit{entry: e, hasher: x.hasher})
 	}
 	return hits
 }
@@ -118,9 +157,7 @@ type hit struct {
 // hitsOnStack is how many hits a look-up collects before it allocates.
 const hitsOnStack = 16
 
-// buildCandidates turns hits into candidates for im with one allocation,
-// leaving out a candidate whose hash an earlier one already has.
-// Candidates without a hash (from other keyrings) are always kept.
+// buildCandidates turns hits into candidates for im with one allocation.
 func buildCandidates(hits []hit, im Image) []credential.Credential {
 	n := 0
 	for i := range hits {
@@ -137,49 +174,88 @@ func buildCandidates(hits []hit, im Image) []credential.Credential {
 	for i := range hits {
 		e := hits[i].entry
 		if e == nil {
-			for _, c := range hits[i].other {
-				if c.Hash.IsZero() || !containsHash(out, c.Hash) {
-					out = append(out, c)
-				}
-			}
-			continue
-		}
-		sum := e.hash(hits[i].hasher, im.Registry)
-		if containsHash(out, sum) {
+			out = append(out, hits[i].other...)
 			continue
 		}
 		out = append(out, credential.Credential{
 			Registry: im.Registry,
 			Auth:     e.auth,
 			Source:   e.source,
-			Hash:     sum,
+			Hash:     e.hash(hits[i].hasher, im.Registry),
 		})
 	}
 	return out
 }
 
-// containsHash reports whether a candidate with hash sum is in cs. Lists
-// are short (a handful of candidates), so a scan beats a map.
-func containsHash(cs []credential.Credential, sum credential.Hash) bool {
-	for i := range cs {
-		if cs[i].Hash == sum {
-			return true
-		}
-	}
-	return false
+// Static is a keyring of fixed credentials filed by key, as the kubelet's
+// BasicDockerKeyring files what it is given: pod secrets, a node docker
+// config, a credential provider plugin's answer. It is immutable and safe
+// for concurrent use.
+type Static struct {
+	index
 }
 
-// NewStatic returns a keyring of fixed credentials, keyed by image pattern
-// as a docker config is (a scheme and a leading "/v1/" or "/v2/" path are
-// ignored), all from one source. It suits credential provider responses,
-// whose "auth" map has this shape. Candidates are ordered as documented in
-// the package; patterns that tie are in lexical order of their keys.
-// Entries with an empty AuthConfig are left out.
+var _ Keyring = (*Static)(nil)
+
+// Lookup implements Keyring with the kubelet's BasicDockerKeyring.Lookup:
+// the credentials of every key that matches the image (Pattern), keys in
+// reverse lexical order, the credentials of one key in the order they
+// were added; when no key matched a Docker Hub image (Image.DockerHub),
+// the credentials of the key "index.docker.io". Each candidate is hashed
+// for the image's registry (Image.Registry).
+func (s *Static) Lookup(_ context.Context, image string) ([]credential.Credential, error) {
+	im, err := ParseImage(image)
+	if err != nil {
+		return nil, err
+	}
+	var stack [hitsOnStack]hit
+	return buildCandidates(s.lookup(stack[:0], im), im), nil
+}
+
+// LookupAll returns what one BasicDockerKeyring given the credentials of
+// every keyring of ss, in argument order, gives for im: the kubelet puts
+// the answers of all its credential provider plugins into one such
+// keyring before it looks an image up. Keys are ordered across ss; the
+// credentials of one key come in argument order; the Docker Hub fallback
+// applies when no key of any of them matched. Nil keyrings are ignored.
+func LookupAll(im Image, ss ...*Static) []credential.Credential {
+	var stack [hitsOnStack]hit
+	hits := stack[:0]
+	from := 0 // how many of ss matched
+	for _, s := range ss {
+		if s == nil {
+			continue
+		}
+		n := len(hits)
+		if hits = s.matches(hits, im); len(hits) > n {
+			from++
+		}
+	}
+	if from > 1 {
+		slices.SortStableFunc(hits, func(a, b hit) int { return strings.Compare(b.entry.key, a.entry.key) })
+	}
+	if len(hits) == 0 && im.hub {
+		for _, s := range ss {
+			if s != nil {
+				hits = s.appendHub(hits)
+			}
+		}
+	}
+	return buildCandidates(hits, im)
+}
+
+// NewStatic returns a keyring of fixed credentials, all from one source,
+// filed as the kubelet files a credential provider's answer: each map key
+// through ConfigKey, the keys taken in lexical order (the kubelet's order
+// of a map, which is random, has no better choice). Entries with an empty
+// AuthConfig are kept, as the kubelet keeps them: they match, and are
+// tried as an anonymous pull.
 //
-// A key that is not a valid pattern is skipped and reported in the
-// returned error (a *PatternError per key, joined); the returned keyring
-// is never nil and holds every other entry. h must not be nil.
-func NewStatic(h *credential.Hasher, src credential.Source, auths map[string]credential.AuthConfig) (Keyring, error) {
+// A key that ConfigKey rejects is skipped, as the kubelet skips it, and
+// reported in the returned error (a *PatternError per key, joined); the
+// returned keyring is never nil and holds every other entry. h must not be
+// nil.
+func NewStatic(h *credential.Hasher, src credential.Source, auths map[string]credential.AuthConfig) (*Static, error) {
 	keys := make([]string, 0, len(auths))
 	for k := range auths {
 		keys = append(keys, k)
@@ -187,17 +263,13 @@ func NewStatic(h *credential.Hasher, src credential.Source, auths map[string]cre
 	sort.Strings(keys)
 	entries := make([]*entry, 0, len(keys))
 	var errs []error
-	for _, key := range keys {
-		auth := auths[key]
-		if auth.Empty() {
-			continue
-		}
-		p, err := parsePattern(key, true)
+	for _, raw := range keys {
+		key, err := ConfigKey(raw)
 		if err != nil {
-			errs = append(errs, &PatternError{Pattern: key, Err: err})
+			errs = append(errs, err)
 			continue
 		}
-		entries = append(entries, &entry{pattern: p, auth: auth, source: src})
+		entries = append(entries, &entry{key: key, auth: auths[raw], source: src})
 	}
-	return newStaticKeyring(h, entries), errors.Join(errs...)
+	return &Static{newIndex(h, entries)}, errors.Join(errs...)
 }
