@@ -37,9 +37,16 @@ func (o *serveOptions) nodeProviders(gates featuregates.Gates) (*credentialprovi
 
 // nodeKeyring is what serve knows of the node's own credentials, as the
 // kubelet's node keyring holds them: the node's docker config (config.json
-// or .dockercfg, the kubelet's root directory first, re-read every
-// keyring.NodeConfigLifetime) and the node's credential providers. The
-// returned function stops the providers.
+// or .dockercfg, first found in the kubelet's search order with the
+// kubelet's root directory first, keyring.DefaultNodeConfigFiles; the
+// working directory and $HOME there are serve's own, the same as the
+// kubelet's when both run as system services) and the node's credential
+// providers. The files are checked at every look-up and read again when
+// they changed (keyring.CachedNodeKeyring), so serve's view is never older
+// than the kubelet's, which reads them when it starts: an operator who
+// writes config.json into the root directory and restarts the kubelet has
+// it counted by serve at the next pull. The returned function stops the
+// providers.
 func (o *serveOptions) nodeKeyring(h *credential.Hasher, gates featuregates.Gates, logger klog.Logger) (keyring.Keyring, func(), error) {
 	files := keyring.CachedNodeKeyring(h, keyring.DefaultNodeConfigFiles(o.kubeletRootDir), clock.RealClock{}, func(err error) {
 		logger.Error(err, "Some of the node's docker config could not be read: passed over, as the kubelet does")

@@ -4,9 +4,11 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -108,5 +110,53 @@ func BenchmarkMatchImage(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = keyring.MatchImage("*.dkr.ecr.*.amazonaws.com", "123456789.dkr.ecr.us-east-1.amazonaws.com/app:v1")
+	}
+}
+
+// BenchmarkNodeLookup is serve's node keyring look-up of a present image:
+// CachedNodeKeyring stats the search list up to the file it read (one
+// stat when the kubelet's root directory holds config.json, all eight
+// when no file exists) and looks up; "read once" is the same look-up
+// without the stats (NodeKeyring).
+func BenchmarkNodeLookup(b *testing.B) {
+	const image = "registry.example/team-a/app:v1"
+	h := testHasher(b)
+	ctx := context.Background()
+	clk := clocktesting.NewFakePassiveClock(time.Now().Add(time.Hour)) // no read is unsure
+	for _, tc := range []struct {
+		name    string
+		present bool
+		cached  bool
+	}{
+		{name: "root config.json, stats", present: true, cached: true},
+		{name: "no file, stats", present: false, cached: true},
+		{name: "root config.json, read once", present: true, cached: false},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			dir := b.TempDir()
+			var files []string
+			for _, d := range []string{"root", "wd", "home/.docker", ".docker"} {
+				files = append(files, filepath.Join(dir, d, "config.json"))
+			}
+			for _, d := range []string{"root", "wd", "home", ""} {
+				files = append(files, filepath.Join(dir, d, ".dockercfg"))
+			}
+			if tc.present {
+				writeFile(b, files[0], fixture(b, "config.json"))
+			}
+			kr := keyring.CachedNodeKeyring(h, files, clk, nil)
+			if !tc.cached {
+				var err error
+				kr, err = keyring.NodeKeyring(h, files)
+				require.NoError(b, err)
+			}
+			_, err := kr.Lookup(ctx, image) // read, hashes cached
+			require.NoError(b, err)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				_, _ = kr.Lookup(ctx, image)
+			}
+		})
 	}
 }

@@ -25,41 +25,34 @@ const (
 const maxConfigFileSize = 10 << 20
 
 // DefaultNodeConfigFiles returns the files the kubelet searches for the
-// node's docker credentials, in its order: config.json in rootDir (the
-// kubelet's --root-dir; skipped when empty), the working directory,
-// $HOME/.docker and /.docker; then .dockercfg in rootDir, the working
-// directory, $HOME and /. A directory that cannot be determined is left
-// out, and no file is listed twice.
+// node's docker credentials, in its order (ReadDockerConfigFile in
+// k8s.io/kubernetes pkg/credentialprovider, with the kubelet's root
+// directory as its preferred path): config.json in rootDir, in the working
+// directory, in $HOME/.docker and in /.docker; then .dockercfg in rootDir,
+// the working directory, $HOME and /.
+//
+// As in the kubelet, each directory is joined with the file name and made
+// absolute with filepath.Abs: an empty rootDir is the working directory,
+// and so is an empty $HOME (os.UserHomeDir fails when HOME is unset; the
+// kubelet then searches ".docker/config.json" and ".dockercfg" in its
+// working directory). The working directory and $HOME are this process's,
+// read at the call (the kubelet reads $HOME once at start). A path that
+// cannot be made absolute (no working directory) is left out, as the
+// kubelet skips it, and no file is listed twice (a repeated file cannot be
+// the first one found).
 func DefaultNodeConfigFiles(rootDir string) []string {
-	wd, _ := os.Getwd()
-	home, _ := os.UserHomeDir()
-	var jsonDirs, cfgDirs []string
-	for _, d := range []string{rootDir, wd} {
-		if d != "" {
-			jsonDirs = append(jsonDirs, d)
-			cfgDirs = append(cfgDirs, d)
-		}
-	}
-	if home != "" {
-		jsonDirs = append(jsonDirs, filepath.Join(home, ".docker"))
-	}
-	jsonDirs = append(jsonDirs, filepath.Join(string(filepath.Separator), ".docker"))
-	if home != "" {
-		cfgDirs = append(cfgDirs, home)
-	}
-	cfgDirs = append(cfgDirs, string(filepath.Separator))
-
+	home, _ := os.UserHomeDir() // "" when HOME is unset, as the kubelet's homeDirPath
+	jsonDirs := []string{rootDir, "", filepath.Join(home, ".docker"), filepath.Join("/", ".docker")}
+	cfgDirs := []string{rootDir, "", home, "/"}
 	var files []string
 	seen := make(map[string]bool)
 	add := func(dir, name string) {
-		f := filepath.Join(dir, name)
-		if abs, err := filepath.Abs(f); err == nil {
-			f = abs
+		f, err := filepath.Abs(filepath.Join(dir, name))
+		if err != nil || seen[f] {
+			return
 		}
-		if !seen[f] {
-			seen[f] = true
-			files = append(files, f)
-		}
+		seen[f] = true
+		files = append(files, f)
 	}
 	for _, d := range jsonDirs {
 		add(d, ConfigJSONFile)

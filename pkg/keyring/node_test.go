@@ -154,10 +154,38 @@ func TestDefaultNodeConfigFiles(t *testing.T) {
 				"/.dockercfg",
 			},
 		},
+		{
+			name:    "relative root dir: made absolute, as the kubelet's filepath.Abs",
+			rootDir: "state/kubelet",
+			want: []string{
+				filepath.Join(wd, "state", "kubelet", "config.json"),
+				filepath.Join(wd, "config.json"),
+				filepath.Join(home, ".docker", "config.json"),
+				"/.docker/config.json",
+				filepath.Join(wd, "state", "kubelet", ".dockercfg"),
+				filepath.Join(wd, ".dockercfg"),
+				filepath.Join(home, ".dockercfg"),
+				"/.dockercfg",
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			assert.Equal(t, tt.want, keyring.DefaultNodeConfigFiles(tt.rootDir))
 		})
 	}
+
+	// HOME unset: the kubelet's homeDirPath is "", so it searches
+	// ".docker/config.json" and ".dockercfg", made absolute: in the
+	// working directory.
+	t.Setenv("HOME", "")
+	assert.Equal(t, []string{
+		"/var/lib/kubelet/config.json",
+		filepath.Join(wd, "config.json"),
+		filepath.Join(wd, ".docker", "config.json"),
+		"/.docker/config.json",
+		"/var/lib/kubelet/.dockercfg",
+		filepath.Join(wd, ".dockercfg"),
+		"/.dockercfg",
+	}, keyring.DefaultNodeConfigFiles("/var/lib/kubelet"))
 }
