@@ -2,6 +2,7 @@ package keyring
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
 
 	"github.com/pullguard/pullguard/pkg/credential"
@@ -27,7 +28,7 @@ type Image struct {
 	name   string // "docker.io/library/alpine"
 	host   string // the registry host as the kubelet splits it off its port
 	port   string // "" when the name has no port
-	labels int    // number of '.'-separated labels of host
+	labels int    // number of '.'-separated labels of host; 0 when net/url rejects the host
 	hub    bool   // the kubelet's isDefaultRegistryMatch(name)
 }
 
@@ -79,6 +80,17 @@ func ParseImage(image string) (Image, error) {
 		im.host, im.port = strings.TrimSuffix(strings.TrimPrefix(domain[:i], "["), "]"), domain[i+1:]
 	}
 	im.labels = strings.Count(im.host, ".") + 1
+	if domain[0] == '[' {
+		// The kubelet parses "https://" + name with net/url, which wants
+		// a valid IP address between the brackets; distribution/reference
+		// takes any hex digits and colons ("[A]", "[::1::2]"). Where
+		// net/url fails, no key matches the image (labels 0: no pattern
+		// has as few). The Docker Hub fallback still applies, as in the
+		// kubelet.
+		if _, err := url.Parse("https://" + domain); err != nil {
+			im.labels = 0
+		}
+	}
 	return im, nil
 }
 

@@ -63,6 +63,11 @@ func TestMatchImage(t *testing.T) {
 		// glob "[::1]" is a class of one character.
 		{name: "ipv6 literal without port never matches", pattern: "[::1]", image: "[::1]/app", want: false},
 		{name: "empty port is no port", pattern: "registry.example:", image: "registry.example/app", want: true},
+		// distribution/reference takes any hex digits and colons between
+		// brackets; net/url wants an IP address there, and where it
+		// fails the kubelet matches no key at all.
+		{name: "not an IP address in brackets", pattern: "*", image: "[A]/app", want: false},
+		{name: "not an IP address in brackets, with a port", pattern: "*:5000", image: "[ab]:5000/app", want: false},
 
 		// Path rules: a plain string prefix of the URL path.
 		{name: "path equal to repository", pattern: "registry.example/team/app", image: "registry.example/team/app:v1", want: true},
@@ -275,7 +280,7 @@ func matchCorpus() (globs, images []string) {
 			}
 		}
 	}
-	imageHosts := append([]string{""}, hosts...)
+	imageHosts := append([]string{"", "[ab]", "[::1::2]", "[fe80::1]"}, hosts...)
 	repos := []string{"app", "team/app", "teammate/app", "team", "library/alpine", "alpine", "v2/team/app"}
 	for _, h := range imageHosts {
 		for _, p := range []string{"", ":5000", ":443"} {
