@@ -5,6 +5,7 @@
 // docker-registry.
 //
 // It is a module of its own so that pullguard's module never imports
-// k8s.io/kubernetes. Run it with `make e2e-kubelet` (root, Linux). See
-// docs/testing.md.
+// k8s.io/kubernetes; it imports pullguard's module (replace ../..) for the
+// in-process comparison of the two keyrings (keyring_diff_test.go). Run
+// it with `make e2e-kubelet` (root, Linux). See docs/testing.md.
 package kubelet
