@@ -239,6 +239,9 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	if c.mode.installed {
 		args = c.installedServe(metrics)
 	}
+	// containerd's registry hosts directory is the test's (a node's is
+	// /etc/containerd/certs.d, serve's default).
+	args = append(args, "--registry-config-path", c.ctrd.hosts)
 	c.pg, err = spawn(out, nil, c.bins.pullguard, append(args, c.mode.serveArgs...)...)
 	require.NoError(t, err)
 	pg := c.pg

@@ -81,14 +81,19 @@ type containerd struct {
 	dir    string
 	bin    string // the directory of containerdCommands
 	socket string
-	out    *output
-	proc   *child
+	// hosts is the CRI's registry config_path: empty unless a test
+	// writes a hosts.toml there (routeRegistry); serve is given it as
+	// --registry-config-path. The machine's /etc/containerd/certs.d
+	// stays out of the test.
+	hosts string
+	out   *output
+	proc  *child
 }
 
 // startContainerd starts the containerd of bin (buildContainerd's
 // directory) with a version 3 configuration.
 func startContainerd(ctx context.Context, dir, bin string) (*containerd, error) {
-	c := &containerd{dir: dir, bin: bin, socket: filepath.Join(dir, "c.sock")}
+	c := &containerd{dir: dir, bin: bin, socket: filepath.Join(dir, "c.sock"), hosts: filepath.Join(dir, "certs.d")}
 	// restrict_oom_score_adj: this VM withholds CAP_SYS_RESOURCE even from
 	// root, so runc may not lower a sandbox's OOM score.
 	// unpack_config: the transfer service, through which the CRI and ctr
@@ -117,7 +122,9 @@ state = %q
   snapshotter = "native"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, filepath.Join(dir, "opt"), sandboxImage)
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.socket, filepath.Join(dir, "opt"), sandboxImage, c.hosts)
 	path := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -180,6 +187,21 @@ func (c *containerd) cri(ctx context.Context) (runtimeapi.RuntimeServiceClient, 
 		return nil, nil, nil, err
 	}
 	return runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), func() { conn.Close() }, nil
+}
+
+// routeRegistry sends containerd's pulls of images named on host (such
+// as "docker.io") to the registry at addr, over plain HTTP, with a
+// hosts.toml in its config_path: the way a node names a mirror. The
+// registry's token realm is its own address, so the credentials the
+// kubelet gives for host reach it unchanged.
+func (c *containerd) routeRegistry(host, addr string) error {
+	dir := filepath.Join(c.hosts, host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// server only: no mirror entry, so containerd asks this one host, as
+	// it asks a registry of its own name.
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(fmt.Sprintf("server = %q\n", "http://"+addr)), 0o644)
 }
 
 // preload pulls an image straight into containerd through the CRI, as a

@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // installedModes are the node as the install sets it up: the kubelet's
@@ -37,8 +38,12 @@ var installedModes = []mode{
 // credential-provider plugin (the project's test plugin, in the kubelet's
 // provider configuration, which serve reads from the same file). Pods of
 // no secret pull each account's image; another tenant's Never pod and a
-// runAsNonRoot pod of it run; with the registry stopped, new pods of both
-// still run and the kubelet pulls nothing.
+// runAsNonRoot pod of it run; an account added to config.json while serve
+// runs (the kubelet restarted, serve not) frees its image as under the
+// gate; a config.json key registry-1.docker.io holding tenant A's own
+// account frees none of tenant A's docker.io images (containerd's pulls of
+// docker.io go to the test's registry); with the registry stopped, new
+// pods of both still run and the kubelet pulls nothing.
 func TestInstalledNode(t *testing.T) {
 	bins, podLogs := prepare(t)
 	plugins := t.TempDir()
@@ -95,19 +100,45 @@ func twoTenants(t *testing.T, ctx context.Context, c *cluster, podLogs *[]string
 const (
 	nodeFileUser   = "node-file"   // in the kubelet's config.json
 	nodePluginUser = "node-plugin" // given by the plugin
+	// nodeLateUser is added to config.json while serve runs.
+	nodeLateUser = "node-late"
 )
+
+// hubImage is tenant A's private image on Docker Hub, as a pod names it:
+// containerd's pulls of docker.io go to the test's registry
+// (containerd.routeRegistry), under team-a/hub.
+const hubImage = "docker.io/team-a/hub:v1"
+
+// nodeKey is one entry of the node's config.json: an account filed
+// under a key.
+type nodeKey struct{ key, user string }
+
+// writeNodeConfig writes the node's docker config where the kubelet looks
+// first, its root directory, with each account's password as `docker
+// login` writes it ("auth").
+func (c *cluster) writeNodeConfig(t *testing.T, keys ...nodeKey) {
+	var entries []string
+	for _, k := range keys {
+		auth := base64.StdEncoding.EncodeToString([]byte(k.user + ":" + c.reg.password(k.user)))
+		entries = append(entries, fmt.Sprintf(`%q:{"auth":%q}`, k.key, auth))
+	}
+	cfg := `{"auths":{` + strings.Join(entries, ",") + `}}`
+	require.NoError(t, os.WriteFile(filepath.Join(c.mkdir("kubelet"), "config.json"), []byte(cfg), 0o600))
+}
 
 func nodeCredentials(t *testing.T, m mode, bins binaries, podLogs *[]string, plugins string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	var fileImage, pluginImage, appImage string
+	var fileImage, pluginImage, appImage, lateImage string
 	c := startCluster(t, ctx, m, bins, func(c *cluster) {
 		c.reg.grant("alice", "team-a/")
 		c.reg.grant("bob", "team-b/")
 		c.reg.grant(nodeFileUser, "nodefile/")
 		c.reg.grant(nodePluginUser, "nodeplugin/")
+		c.reg.grant(nodeLateUser, "nodelate/")
 		c.reg.setUser(nodeFileUser, newSecret(nodeFileUser))
 		c.reg.setUser(nodePluginUser, newSecret(nodePluginUser))
+		c.reg.setUser(nodeLateUser, newSecret(nodeLateUser))
 		publish := func(repo string) string {
 			i, err := image(bins.pauseBytes, repo)
 			require.NoError(t, err)
@@ -118,13 +149,13 @@ func nodeCredentials(t *testing.T, m mode, bins binaries, podLogs *[]string, plu
 			return ref
 		}
 		fileImage, pluginImage = publish("nodefile/agent"), publish("nodeplugin/agent")
-		appImage = publish("team-a/app")
+		appImage, lateImage = publish("team-a/app"), publish("nodelate/agent")
+		publish("team-a/hub") // hubImage
+		require.NoError(t, c.ctrd.routeRegistry("docker.io", c.reg.addr))
 
 		// The node's docker config, where the kubelet looks first: its
 		// root directory.
-		auth := base64.StdEncoding.EncodeToString([]byte(nodeFileUser + ":" + c.reg.password(nodeFileUser)))
-		cfg := fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, c.reg.addr, auth)
-		require.NoError(t, os.WriteFile(filepath.Join(c.mkdir("kubelet"), "config.json"), []byte(cfg), 0o600))
+		c.writeNodeConfig(t, nodeKey{c.reg.addr, nodeFileUser})
 
 		// The plugin, as the kubelet's provider configuration names it.
 		account := filepath.Join(c.mkdir("plugin"), "account")
@@ -210,6 +241,42 @@ providers:
 			assert.EqualValues(t, imageUID, w.processUID(t, b.ns, name))
 		})
 	}
+	w.step(t, "node credentials added while serve runs: the kubelet restarted, serve not", func(t *testing.T) {
+		// serve has read config.json (a pull of the node file's image
+		// asks its node keyring, here or in a step before).
+		w.runs(t, pod(a.ns, "late-0", fileImage, ifNotPresent, noSecret))
+		// An operator adds an account the usual way: config.json in the
+		// kubelet's root directory, then a kubelet restart, which reads
+		// it. serve is not restarted.
+		c.writeNodeConfig(t, nodeKey{c.reg.addr, nodeFileUser}, nodeKey{c.reg.addr + "/nodelate", nodeLateUser})
+		c.restartKubelet(ctx)
+		from := w.mark(t)
+		w.runs(t, pod(a.ns, "late-1", lateImage, ifNotPresent, noSecret))
+		tr := w.since(t, from, "nodelate/agent")
+		assert.Positive(t, tr.manifestOK, "the registry granted the added account")
+		assert.Positive(t, tr.blobs, "the layers came down")
+		// The pull was the node's, as under the kubelet's gate: another
+		// tenant's Never pod of the image runs.
+		w.freeRun(t, pod(b.ns, "late-never", lateImage, never, noSecret))
+	})
+	w.step(t, "a node key registry-1.docker.io holding tenant A's account frees no docker.io image", func(t *testing.T) {
+		// Tenant A's secret for Docker Hub, under the key docker login
+		// writes; the node's config.json holds the same account under
+		// registry-1.docker.io, which the kubelet gives for no
+		// docker.io/... image (so its restart is not needed to show it;
+		// serve reads the file again at its next look-up).
+		require.NoError(t, c.pullSecretFor(ctx, a, "hubcred", "https://index.docker.io/v1/"))
+		c.writeNodeConfig(t, nodeKey{c.reg.addr, nodeFileUser}, nodeKey{c.reg.addr + "/nodelate", nodeLateUser}, nodeKey{"registry-1.docker.io", a.user})
+		p := pod(a.ns, "hub-1", hubImage, ifNotPresent, noSecret)
+		p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "hubcred"}}
+		from := w.mark(t)
+		w.runs(t, p)
+		tr := w.since(t, from, "team-a/hub")
+		assert.Positive(t, tr.manifestOK, "the registry granted tenant A's account, through containerd's hosts.toml for docker.io")
+		// Filed as tenant A's, as under the kubelet's gate: tenant B's
+		// Never pod is refused.
+		w.neverPulled(t, pod(b.ns, "hub-never", hubImage, never, noSecret))
+	})
 	w.step(t, "with the registry stopped, new pods of both images run", func(t *testing.T) {
 		pulls := func() float64 {
 			n, err := c.kubeletMetric(ctx, "kubelet_runtime_operations_total", map[string]string{"operation_type": "pull_image"})
@@ -228,7 +295,7 @@ providers:
 	})
 	if m.proxy {
 		w.step(t, "no node credential in serve's log", func(t *testing.T) {
-			for _, user := range []string{nodeFileUser, nodePluginUser} {
+			for _, user := range []string{nodeFileUser, nodePluginUser, nodeLateUser} {
 				pw := c.reg.password(user)
 				basic := base64.StdEncoding.EncodeToString([]byte(user + ":" + pw))
 				for _, l := range c.pgOut.from(0) {

@@ -33,7 +33,14 @@ func (c *cluster) newTenant(ctx context.Context, ns, user string) (*tenant, erro
 // pullSecret creates the secret name in tn's namespace: a docker config
 // of tn's registry account.
 func (c *cluster) pullSecret(ctx context.Context, tn *tenant, name string) error {
-	dockercfg := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, c.reg.addr, tn.user, tn.password)
+	return c.pullSecretFor(ctx, tn, name, c.reg.addr)
+}
+
+// pullSecretFor is pullSecret with the account filed under key, such as
+// "https://index.docker.io/v1/", the key `docker login` writes for Docker
+// Hub.
+func (c *cluster) pullSecretFor(ctx context.Context, tn *tenant, name, key string) error {
+	dockercfg := fmt.Sprintf(`{"auths":{%q:{"username":%q,"password":%q}}}`, key, tn.user, tn.password)
 	_, err := c.client.CoreV1().Secrets(tn.ns).Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Type:       corev1.SecretTypeDockerConfigJson,
