@@ -107,6 +107,22 @@ func ecrAnswer(scope announce.Scope, ttl time.Duration, match ...string) announc
 	}
 }
 
+// withKey is a with its one credential filed under key.
+func withKey(a announce.Answer, key string) announce.Answer {
+	a.Auth = map[string]credential.AuthConfig{key: token(tokenOne)}
+	return a
+}
+
+// hubAnswer is a global answer with tokenOne under Docker Hub's key and
+// another credential under docker.io/other.
+func hubAnswer() announce.Answer {
+	return announce.Answer{
+		Provider: "ecr-credential-provider", Image: "docker.io/team/app",
+		CacheKeyType: announce.ScopeGlobal, CacheDuration: time.Hour,
+		Auth: map[string]credential.AuthConfig{"https://index.docker.io/v1/": token(tokenOne), "docker.io/other": token(tokenTwo)},
+	}
+}
+
 // TestSource: an announced credential is the node's exactly for the
 // images the kubelet hands it out for: its pattern, the provider's
 // matchImages and the answer's cache key (Image when not cached).
@@ -133,6 +149,15 @@ func TestSource(t *testing.T) {
 		{name: "another username", answer: ecrAnswer(announce.ScopeGlobal, time.Hour), image: ecrA + "/team/app", auth: credential.AuthConfig{Username: "other", Password: tokenOne}},
 		{name: "a field the kubelet never sends of a plugin's credential", answer: ecrAnswer(announce.ScopeGlobal, time.Hour), image: ecrA + "/team/app", auth: credential.AuthConfig{Username: "AWS", Password: tokenOne, IdentityToken: "x"}},
 		{name: "anonymous", answer: ecrAnswer(announce.ScopeGlobal, time.Hour), image: ecrA + "/team/app"},
+		// Keys are filed and matched as the kubelet files and matches a
+		// plugin's auth keys (pkg/keyring).
+		{name: "a key with a scheme and /v2/ is filed as the host", answer: withKey(ecrAnswer(announce.ScopeGlobal, time.Hour), "https://"+ecrA+"/v2/"), image: ecrA + "/team/app", auth: token(tokenOne), want: true},
+		{name: "hosts compared as written", answer: withKey(ecrAnswer(announce.ScopeGlobal, time.Hour), strings.ToUpper(ecrA)), image: ecrA + "/team/app", auth: token(tokenOne)},
+		{name: "registry scope: the registry as the name spells it", answer: ecrAnswer(announce.ScopeRegistry, time.Hour), image: strings.Replace(ecrA, "dkr", "DKR", 1) + "/team/app", auth: token(tokenOne)},
+		{name: "Docker Hub key: a Docker Hub image no key of the answer matched", answer: hubAnswer(), image: "docker.io/team/app", auth: token(tokenOne), want: true},
+		{name: "Docker Hub key: an image another key of the answer matched", answer: hubAnswer(), image: "docker.io/other/app", auth: token(tokenOne)},
+		{name: "Docker Hub key: not a Docker Hub image", answer: hubAnswer(), image: "quay.io/team/app", auth: token(tokenOne)},
+		{name: "registry-1.docker.io key: no docker.io image", answer: withKey(ecrAnswer(announce.ScopeGlobal, time.Hour), "registry-1.docker.io"), image: "docker.io/team/app", auth: token(tokenOne)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

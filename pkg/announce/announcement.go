@@ -70,8 +70,8 @@ type Announcement struct {
 	ExpiresAt time.Time
 }
 
-// Credential is one auth entry of an answer: its key (an image pattern)
-// and the keyed hash (credential.Hasher.HashAuth, under the directory's
+// Credential is one auth entry of an answer: its key as the plugin wrote
+// it (the kubelet files it with keyring.ConfigKey) and the keyed hash (credential.Hasher.HashAuth, under the directory's
 // key) of its username and password, which is what the kubelet presents
 // of it.
 type Credential struct {
@@ -170,7 +170,7 @@ func check(w wire) (*Announcement, error) {
 		ExpiresAt: w.ExpiresAt, Credentials: make([]Credential, len(w.Credentials)),
 	}
 	for i, c := range w.Credentials {
-		if _, err := keyring.ParsePattern(c.Pattern); err != nil {
+		if _, err := keyring.ConfigKey(c.Pattern); err != nil {
 			return nil, fmt.Errorf("credentials[%d].pattern: not a valid image pattern", i)
 		}
 		if len(c.Hash) != 2*credential.HashSize {

@@ -109,8 +109,12 @@ func (b *Board) Source(im keyring.Image, auth credential.AuthConfig) (credential
 
 // entry is one announced credential.
 type entry struct {
-	provider  string
-	pattern   keyring.Pattern
+	provider string
+	pattern  keyring.Pattern
+	// hub: the credential is filed under "index.docker.io", which the
+	// kubelet hands out for a Docker Hub image no key matched.
+	hub       bool
+	keys      []keyring.Pattern // every credential's of the answer
 	match     []keyring.Pattern
 	scope     Scope
 	image     keyring.Image
@@ -118,29 +122,26 @@ type entry struct {
 }
 
 // covers reports whether the kubelet hands the credential out for im: its
-// pattern and one of the provider's matchImages (if known) match im, and
-// the answer's cache key covers it.
+// key matches im (keyring.Pattern on its keyring.ConfigKey), or it is the
+// Docker Hub key and no key of the answer matches a Docker Hub image (the
+// kubelet's fallback; the answers of other plugins are not known here,
+// and cannot hold this credential: the kubelet got it from this run);
+// one of the provider's matchImages (if known) matches im; and the
+// answer's cache key covers it.
 func (e *entry) covers(im keyring.Image) bool {
-	if !e.pattern.Match(im) {
+	if !e.pattern.Match(im) && !(e.hub && im.DockerHub() && !matchesAny(e.keys, im)) {
 		return false
 	}
-	if len(e.match) > 0 {
-		ok := false
-		for i := range e.match {
-			if e.match[i].Match(im) {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
+	if len(e.match) > 0 && !matchesAny(e.match, im) {
+		return false
 	}
+	// The kubelet's cache keys: the image's normalized name, or its
+	// registry as that name spells it.
 	switch e.scope {
 	case ScopeImage:
-		return im.Registry == e.image.Registry && im.Repository == e.image.Repository
+		return im.Name() == e.image.Name()
 	case ScopeRegistry:
-		return im.Registry == e.image.Registry
+		return im.Domain() == e.image.Domain()
 	default:
 		return true
 	}
@@ -380,15 +381,29 @@ func (s *snapshot) add(a *Announcement, now time.Time) {
 		}
 		match = append(match, p)
 	}
-	for _, c := range a.Credentials {
-		p, err := keyring.ParsePattern(c.Pattern)
-		if err != nil {
-			continue
-		}
+	keys := make([]keyring.Pattern, len(a.Credentials))
+	filed := make([]string, len(a.Credentials))
+	for i, c := range a.Credentials {
+		// As the kubelet files a plugin's auth key; Decode checked it.
+		filed[i], _ = keyring.ConfigKey(c.Pattern)
+		keys[i], _ = keyring.ParsePattern(filed[i]) // the zero Pattern, which matches nothing, if not
+	}
+	for i, c := range a.Credentials {
 		s.byHash[c.Hash] = append(s.byHash[c.Hash], &entry{
-			provider: a.Provider, pattern: p, match: match, scope: a.Scope, image: im, expiresAt: a.ExpiresAt,
+			provider: a.Provider, pattern: keys[i], hub: filed[i] == "index.docker.io", keys: keys,
+			match: match, scope: a.Scope, image: im, expiresAt: a.ExpiresAt,
 		})
 	}
+}
+
+// matchesAny reports whether one of ps matches im.
+func matchesAny(ps []keyring.Pattern, im keyring.Image) bool {
+	for i := range ps {
+		if ps[i].Match(im) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *snapshot) count() int {

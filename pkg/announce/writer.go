@@ -126,12 +126,12 @@ func (w *Writer) Write(ans Answer) error {
 		Provider: ans.Provider, Image: ans.Image, Scope: ans.CacheKeyType,
 		ExpiresAt: now.Add(ans.CacheDuration + w.grace),
 	}
-	// A matchImages entry the keyring cannot parse (a wildcard in the
-	// path, which the kubelet loads and never matches) matches nothing:
-	// left out. If that leaves none, the kubelet hands the answer out for
-	// no image.
+	// A matchImages entry that can never match (a wildcard in the path,
+	// a scheme: keyring.Pattern.Unmatchable), which the kubelet loads and
+	// never matches, is left out. If that leaves none, the kubelet hands
+	// the answer out for no image.
 	for _, m := range ans.MatchImages {
-		if _, err := keyring.ParsePattern(m); err == nil {
+		if p, err := keyring.ParsePattern(m); err == nil && p.Unmatchable() == "" {
 			a.MatchImages = append(a.MatchImages, m)
 		}
 	}

@@ -96,10 +96,10 @@ func TestNeverMatchingEntriesWarn(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, cfg.Warnings, 2)
 	assert.Contains(t, cfg.Warnings[0], `providers[0].matchImages[0] "registry.io/*"`)
-	assert.Contains(t, cfg.Warnings[0], "wildcard in the path")
+	assert.Contains(t, cfg.Warnings[0], `its path "/*" holds '*'`)
 	assert.Contains(t, cfg.Warnings[0], `"inline.yaml"`)
 	assert.Contains(t, cfg.Warnings[1], `providers[0].matchImages[2] "https://registry.io"`)
-	assert.Contains(t, cfg.Warnings[1], `host "https:"`)
+	assert.Contains(t, cfg.Warnings[1], `its path "//registry.io" holds "//"`)
 
 	e := newEnv(t)
 	p := e.provider("good", []string{"registry.io/*", "registry.example", "https://registry.io"}, time.Hour)

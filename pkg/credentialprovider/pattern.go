@@ -2,7 +2,6 @@ package credentialprovider
 
 import (
 	"errors"
-	"strings"
 
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -31,20 +30,20 @@ func validatePattern(p string) error {
 }
 
 // neverMatches describes a matchImages entry that the kubelet loads and
-// that can never match an image: one with a '*' in its path, such as
-// "registry.io/*" (the path is compared as a literal prefix, and no
-// repository holds a '*'), or with a scheme, such as
-// "https://registry.io" (the kubelet puts "https://" in front of the
-// entry, so its host is "https:" and its path starts with "//", which no
-// image's path does: no repository starts with '/'). It returns "" for any other entry. pullguard loads
-// such an entry too, and reports it in Config.Warnings.
+// that can never match an image (keyring.Pattern.Unmatchable): one with a
+// '*' in its path, such as "registry.io/*" (the path is compared as a
+// literal prefix, and no repository holds a '*'), or with a scheme, such
+// as "https://registry.io" (the kubelet puts "https://" in front of the
+// entry, so its host is "https:" and its path starts with "//"). It
+// returns "" for any other entry. pullguard loads such an entry too, and
+// reports it in Config.Warnings.
 func neverMatches(p string) string {
-	host, path, ok := strings.Cut(p, "/")
-	if ok && strings.HasSuffix(host, ":") && strings.HasPrefix(path, "/") {
-		return "a scheme makes the entry's host \"" + host + "\" and its path start with \"//\": it never matches an image (the kubelet loads it and never matches it)"
+	pat, err := keyring.ParsePattern(p)
+	if err != nil {
+		return "" // an error, reported by validation
 	}
-	if ok && strings.Contains(path, "*") {
-		return "a wildcard in the path never matches an image (the kubelet compares the path as a literal prefix: it loads the entry and never matches it)"
+	if why := pat.Unmatchable(); why != "" {
+		return "it never matches an image: " + why + "; the kubelet loads it and never matches it"
 	}
 	return ""
 }

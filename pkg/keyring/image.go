@@ -40,6 +40,11 @@ func (im Image) Host() string { return im.host }
 // Port returns the registry port, or "" when the reference names none.
 func (im Image) Port() string { return im.port }
 
+// Domain returns the registry as the normalized name spells it (host and
+// port, case kept): what the kubelet files a plugin's Registry-keyed
+// answer under.
+func (im Image) Domain() string { return im.name[:len(im.name)-len(im.Repository)-1] }
+
 // Name returns the normalized name, such as "docker.io/library/alpine":
 // what the kubelet looks credentials up for and asks credential provider
 // plugins about. The registry keeps its case.

@@ -2,6 +2,7 @@ package keyring
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -112,6 +113,30 @@ func compile(raw string, u *url.URL) Pattern {
 		}
 	}
 	return p
+}
+
+// Unmatchable returns why no image can match the pattern, or "" when some
+// image may: its path (compared as a plain string prefix of "/" and the
+// image's repository) holds "//" or a byte no repository holds (a '*', an
+// upper-case letter, a '?' or '#' that net/url did not take). "//" is what
+// a scheme becomes in a glob ("https://reg.example": host "https:", path
+// "//reg.example"). The kubelet loads such a pattern and never matches it;
+// callers report it.
+func (p Pattern) Unmatchable() string {
+	if !p.valid {
+		return "it is not a valid image pattern"
+	}
+	if strings.Contains(p.path, "//") {
+		return fmt.Sprintf("its path %q holds \"//\", which no image's path does (as a scheme written before the host gives)", p.path)
+	}
+	for i := 0; i < len(p.path); i++ {
+		switch c := p.path[i]; {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '/', c == '.', c == '_', c == '-':
+		default:
+			return fmt.Sprintf("its path %q holds %q, which no repository holds (the path is compared as a plain prefix, with no wildcard)", p.path, c)
+		}
+	}
+	return ""
 }
 
 // MatchImage reports whether the image reference matches the glob, with

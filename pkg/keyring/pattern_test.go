@@ -181,6 +181,38 @@ func TestParsePatternString(t *testing.T) {
 	assert.False(t, keyring.Pattern{}.Match(im), "zero pattern matches nothing")
 }
 
+// TestUnmatchable: a glob the kubelet loads but that no image can match
+// says why; every other one says nothing. TestPatternAsURLsMatch's corpus
+// checks that an unmatchable pattern matches none of its images.
+func TestUnmatchable(t *testing.T) {
+	tests := []struct {
+		pattern string
+		want    string // a fragment of the reason; "" when it may match
+	}{
+		{pattern: "registry.io/*", want: `holds '*'`},
+		{pattern: "https://registry.io", want: `holds "//"`},
+		{pattern: "registry.io/Team", want: `holds 'T'`},
+		{pattern: "registry.io/team%3Fx", want: `holds '?'`},
+		{pattern: "registry.io"},
+		{pattern: "*.registry.io/team/"},
+		{pattern: "registry.io/te_am.x-y"},
+		{pattern: "Registry.IO"}, // an image may name its host so
+	}
+	for _, tt := range tests {
+		t.Run(tt.pattern, func(t *testing.T) {
+			p, err := keyring.ParsePattern(tt.pattern)
+			require.NoError(t, err)
+			got := p.Unmatchable()
+			if tt.want == "" {
+				assert.Empty(t, got)
+				return
+			}
+			assert.Contains(t, got, tt.want)
+		})
+	}
+	assert.NotEmpty(t, keyring.Pattern{}.Unmatchable())
+}
+
 // TestConfigKey: docker config keys are filed as the kubelet's
 // BasicDockerKeyring.Add files them.
 func TestConfigKey(t *testing.T) {
@@ -254,6 +286,9 @@ func checkAgainstRef(t *testing.T, glob, image string) {
 	}
 	if got := keyring.MatchImage(glob, image); got != want {
 		t.Errorf("MatchImage(%q, %q) = %v, want %v", glob, image, got, want)
+	}
+	if why := p.Unmatchable(); why != "" && want {
+		t.Errorf("Pattern(%q) matches %q, but says %s", glob, image, why)
 	}
 	if dh := refDockerHub(im.Name()); im.DockerHub() != dh {
 		t.Errorf("ParseImage(%q).DockerHub() = %v, the kubelet's isDefaultRegistryMatch(%q) = %v", image, im.DockerHub(), im.Name(), dh)
@@ -372,6 +407,7 @@ func TestParseImage(t *testing.T) {
 			im, err := keyring.ParseImage(tt.image)
 			require.NoError(t, err)
 			assert.Equal(t, tt.wantName, im.Name())
+			assert.Equal(t, tt.wantName, im.Domain()+"/"+im.Repository)
 			assert.Equal(t, tt.wantName, im.String())
 			assert.Equal(t, tt.wantRegistry, im.Registry)
 			assert.Equal(t, tt.wantRepository, im.Repository)
