@@ -17,7 +17,7 @@ import (
 // within one tick with the same size would otherwise look unchanged. Until
 // the file is older than this when it is looked at, every look-up reads it
 // again.
-const RacyWindow = time.Second
+const RacyWindow = 2 * time.Second // as pkg/announce's: FAT and some network file systems keep 2 s
 
 // CachedNodeKeyring returns the node docker config keyring (NodeKeyring
 // of files) as pullguard serve keeps it: never older than the kubelet's.
