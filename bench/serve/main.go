@@ -230,7 +230,7 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 		return res, nil
 	}
 
-	client, err := criruntime.NewRemote(sctx, "unix://"+d.socket, time.Minute) // the kubelet's client
+	client, err := criruntime.NewRemote(sctx, "unix://"+d.socket, time.Minute) // the kubelet's call semantics
 	if err != nil {
 		return res, err
 	}

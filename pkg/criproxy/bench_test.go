@@ -16,9 +16,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/kubeletcri"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
@@ -37,7 +37,7 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	runtime.serve(b)
 	ctx := context.Background()
-	direct, err := criruntime.NewKubeletClient(ctx, "unix://"+runtime.socket, time.Minute)
+	direct, err := kubeletcri.New(ctx, "unix://"+runtime.socket, time.Minute)
 	require.NoError(b, err)
 	defer direct.Close(ctx)
 
@@ -51,7 +51,7 @@ func BenchmarkProxy(b *testing.B) {
 	require.NoError(b, err)
 	proxy := &harness{server: srv, socket: socketDir(b) + "/pg.sock"}
 	proxy.serve(b)
-	client, err := criruntime.NewKubeletClient(ctx, "unix://"+proxy.socket, time.Minute)
+	client, err := kubeletcri.New(ctx, "unix://"+proxy.socket, time.Minute)
 	require.NoError(b, err)
 	defer client.Close(ctx)
 

@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/pullguard/pullguard/internal/kubeletcri"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
@@ -98,7 +99,7 @@ func TestRemoteMatchesCRIClient(t *testing.T) {
 	socket := serveFakeCRI(t, fake)
 	ctx := context.Background()
 	const timeout = time.Second
-	lib, err := criruntime.NewKubeletClient(ctx, socket, timeout)
+	lib, err := kubeletcri.New(ctx, socket, timeout)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lib.Close(ctx) })
 	fwd, err := criruntime.NewRemote(ctx, socket, timeout)
@@ -231,7 +232,7 @@ func TestRemoteLogsNothing(t *testing.T) {
 		silent  bool
 	}{
 		{"NewRemote", criruntime.NewRemote, true},
-		{"cri-client, for comparison", criruntime.NewKubeletClient, false},
+		{"cri-client, for comparison", kubeletcri.New, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logged []string

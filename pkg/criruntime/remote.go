@@ -10,7 +10,6 @@ import (
 	"time"
 
 	criapi "k8s.io/cri-api/pkg/apis"
-	criclient "k8s.io/cri-client/pkg"
 )
 
 // DefaultRemoteTimeout is the kubelet's default --runtime-request-timeout,
@@ -49,18 +48,6 @@ func NewRemote(ctx context.Context, endpoint string, timeout time.Duration) (cri
 		return nil, fmt.Errorf("failed to connect to image service at %q: %w", endpoint, err)
 	}
 	return svc, nil
-}
-
-// NewKubeletClient is the kubelet's own client of a CRI image service:
-// k8s.io/cri-client with its defaults, as the kubelet builds it. For what
-// stands in for the kubelet (benchmarks, the differential test of
-// NewRemote); pullguard itself uses NewRemote.
-func NewKubeletClient(ctx context.Context, endpoint string, timeout time.Duration) (criapi.ImageManagerService, error) {
-	ep, err := ParseEndpoint(endpoint)
-	if err != nil {
-		return nil, err
-	}
-	return criclient.NewRemoteImageServiceBuilder().WithEndpoint(ep).WithConnectionTimeout(timeout).Build(ctx)
 }
 
 // ParseEndpoint validates a CRI endpoint and returns it as

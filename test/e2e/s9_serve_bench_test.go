@@ -33,8 +33,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/kubeletcri"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/registry"
 )
@@ -124,7 +124,7 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	backend := &countingBackend{Backend: dialed}
 	// The kubelet's own client: k8s.io/cri-client with its defaults.
-	direct, err := criruntime.NewKubeletClient(ctx, h.containerd.endpoint(), time.Minute)
+	direct, err := kubeletcri.New(ctx, h.containerd.endpoint(), time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func newBenchProxy() (*benchProxy, error) {
 	}
 	gs := criproxy.NewGRPCServer(srv, klog.Background()) // the server pullguard serve runs
 	go func() { _ = gs.Serve(l) }()                      // stopped with the process: benchmarks run last
-	proxy, err := criruntime.NewKubeletClient(ctx, "unix://"+socket, time.Minute)
+	proxy, err := kubeletcri.New(ctx, "unix://"+socket, time.Minute)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,7 @@ func BenchmarkServeImageStatusDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0") // the last -v wins: serve's default
-	daemon, err := criruntime.NewKubeletClient(ctx, d.endpoint(), time.Minute)
+	daemon, err := kubeletcri.New(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))
@@ -265,7 +265,7 @@ func startNullProxy(b *testing.B) (criapi.ImageManagerService, int) {
 	b.Cleanup(p.stop)
 	require.True(b, log.waitFor(0, "nullproxy: serving", 60*time.Second), "the null proxy did not start:\n%s", log.all())
 	ctx := context.Background()
-	c, err := criruntime.NewKubeletClient(ctx, "unix://"+socket, time.Minute)
+	c, err := kubeletcri.New(ctx, "unix://"+socket, time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = c.Close(ctx) })
 	return c, p.cmd.Process.Pid
@@ -394,7 +394,7 @@ func BenchmarkServePullDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
 	d := startServe(b, newRoot(b), "-v=0")
-	daemon, err := criruntime.NewKubeletClient(ctx, d.endpoint(), time.Minute)
+	daemon, err := kubeletcri.New(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
 	require.NoError(b, env.pullThrough(ctx, daemon))
