@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go/build"
-	"strings"
 	"sync"
 	"testing"
 
@@ -142,18 +140,6 @@ func TestPull(t *testing.T) {
 			assert.Empty(t, leak.Scan(map[string]string{"error": err.Error(), "status": status.Convert(err).Message()}, pw), err.Error())
 			assert.Equal(t, tt.wantNoIntnt, rec.intents == 0)
 		})
-	}
-}
-
-// TestDependencies: the guarded pull sits below both front ends.
-func TestDependencies(t *testing.T) {
-	pkg, err := build.ImportDir(".", 0)
-	require.NoError(t, err)
-	for _, imp := range pkg.Imports {
-		for _, above := range []string{"imagemanager", "pkg/criproxy", "pkg/podworkers", "cmd"} {
-			assert.False(t, strings.HasPrefix(imp, "github.com/pullguard/pullguard/"+above), "pkg/guardedpull imports %s", imp)
-		}
-		assert.False(t, strings.HasPrefix(imp, "k8s.io/kubernetes"), imp)
 	}
 }
 
