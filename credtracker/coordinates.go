@@ -20,7 +20,9 @@ import (
 
 // coordSet is a coordinates arena with the writer's set of the triples in it,
 // so that a triple is written once. Not safe for concurrent use: it is the
-// writer's (guarded by the index's lock, or a start-up worker's own).
+// index writer's (guarded by the tracker's writeMu, which every write to
+// the index holds: the index has no lock of its own), or a start-up
+// worker's own.
 type coordSet struct {
 	b     []byte   // the coordinates arena
 	slots []uint32 // offset+1 of each triple in b, open addressing; 0 is empty

@@ -5,17 +5,24 @@
 //
 // The image manager and the CRI proxy (pkg/criproxy) ask it, the guarded
 // pull (pkg/guardedpull) records in it, pkg/nodeconfig reads its policy and
-// allowlist types, and cmd/pullguard shows its records. It depends on
-// pkg/credential (the keyed hash), pkg/imageref, bbolt and the kubelet's
-// configuration types, and on no other pullguard package.
+// allowlist types, pkg/podworkers and cmd/pullguard open it, and
+// cmd/pullguard shows its records. It depends on pkg/credential (the keyed
+// hash), pkg/imageref, bbolt and the kubelet's configuration types, and on
+// no other pullguard package (docs/imports.txt).
 //
 // Records are kept per image ref (the runtime's image ID) and per
 // repository name, and hold only keyed hashes of credentials and the
 // coordinates of where they came from (a Secret's or ServiceAccount's
 // namespace, name and uid), never credential material. They are stored in
 // an embedded bbolt database, written with one fsynced transaction per
-// change, and served from memory: a decision reads no disk and takes no
-// lock.
+// change, and served from memory. A decision reads the records without a
+// lock and reads no disk, with two exceptions: when no record names the
+// image under the pod's name it reads the pulls in flight under intentMu,
+// a small lock never held across I/O; and when it admits a pull secret
+// by its hash while the record does not list that secret's coordinates
+// yet (once per secret and image), it writes them (rememberCoordinates:
+// under writeMu, one fsynced transaction), so that a later rotation of the
+// secret is honoured.
 //
 // The store records its schema version, read before anything else in it
 // (schema.go): a store written by a newer pullguard is refused, unchanged

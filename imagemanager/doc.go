@@ -5,9 +5,10 @@
 //
 // pkg/podworkers drives it for every container and cmd/pullguard builds it;
 // it depends on credtracker (the decision), pkg/guardedpull (the pull),
-// pkg/keyring and pkg/credentialprovider (the pod's credentials) and
-// pkg/criruntime (image names). pkg/criproxy, its sibling for `pullguard
-// serve`, never imports it.
+// pkg/keyring and pkg/credentialprovider (the pod's credentials),
+// pkg/credential, pkg/criruntime (image names) and pkg/imageref (the
+// InvalidImageName check). pkg/criproxy, its sibling for `pullguard serve`,
+// never imports it.
 //
 // For each container it asks the runtime whether the image is present,
 // asks the credential tracker what to do (use the present image, pull it,

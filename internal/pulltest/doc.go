@@ -6,5 +6,5 @@
 // class, records, intents and redaction on both.
 //
 // Only the tests of imagemanager and pkg/criproxy import it; it depends on
-// pkg/guardedpull, credtracker, internal/leak and testify.
+// pkg/guardedpull, credtracker, pkg/criruntime, internal/leak and testify.
 package pulltest

@@ -3,8 +3,8 @@
 // and its node-local keyed hash (Hash, computed by a Hasher).
 //
 // Every package that handles a credential imports it (pkg/keyring,
-// pkg/credentialprovider, credtracker, pkg/guardedpull, imagemanager,
-// pkg/criproxy, pkg/podworkers, cmd/pullguard). It is a leaf, depending on
+// pkg/credentialprovider, pkg/announce, credtracker, pkg/guardedpull,
+// imagemanager, pkg/criproxy, pkg/podworkers, cmd/pullguard). It is a leaf, depending on
 // x/crypto only, so that the keyring, which finds credentials, and the
 // credential tracker, which remembers them, agree on one type and one hash
 // without the keyring depending on the tracker's store.

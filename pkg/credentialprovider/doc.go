@@ -2,9 +2,13 @@
 // plugins (KEP-2133) as pullguard runs them, and serves their credentials
 // through the keyring.Keyring seam.
 //
-// imagemanager asks it for a pod's credentials, and pkg/podworkers builds it
-// from the kubelet's flags; it depends on pkg/keyring, pkg/credential,
-// featuregates, internal/reaper and the kubelet's credential provider types.
+// imagemanager asks it for a pod's credentials, pkg/podworkers builds it
+// from the kubelet's flags, and cmd/pullguard builds serve's node keyring
+// with it and runs a plugin through it for the kubelet (`pullguard
+// credential-provider`: Passthrough); it depends on
+// pkg/keyring, pkg/credential, featuregates, internal/reaper (every plugin
+// runs under it), internal/leak, internal/safedecode and the kubelet's
+// credential provider types.
 //
 // LoadConfig reads a kubelet CredentialProviderConfig (apiVersion
 // kubelet.config.k8s.io/v1, v1beta1 or v1alpha1) from a file or from every

@@ -2,16 +2,18 @@
 // runtime.v1.ImageService between a real kubelet and its container runtime
 // that applies the credential tracker's rules.
 //
-// cmd/pullguard serves it; it depends on credtracker (the decision),
+// cmd/pullguard serves it, and bench/serve files records as it does
+// (SourceNamePrefix); it depends on credtracker (the decision),
 // pkg/guardedpull (the pull, and the tracker's view of the backend's
 // images), pkg/criruntime (the backend, image names), pkg/keyring (image
-// name parsing), pkg/credential, cri-api and grpc. It is a sibling of
-// imagemanager and never imports it, nor anything above it
-// (TestDependencies).
+// name parsing, the node's keyring), pkg/credential, internal/boundedread,
+// cri-api and grpc. It is a sibling of imagemanager and never imports it,
+// nor anything above it (docs/imports.txt).
 //
 // A Server serves runtime.v1.ImageService and forwards every call to a
 // backend image service (the node's container runtime, through
-// k8s.io/cri-client, or pullguard's embedded runtime). It sits beside the
+// criruntime.NewRemote, which has k8s.io/cri-client's call semantics and
+// logs nothing, or pullguard's embedded runtime). It sits beside the
 // image manager in the package graph and applies the same rules, those of
 // the credential tracker (credtracker), with what the CRI carries:
 //

@@ -7,10 +7,11 @@
 // NormalizeImage. It depends on cri-api, grpc, go-containerregistry,
 // containerd's registry client (core/remotes/docker and its config package,
 // for VerifyManifest), internal/dirlock, internal/leak and
-// internal/boundedread, and on no
-// pullguard package above it
-// (TestDependencies): the tracker's view of a runtime's images,
-// guardedpull.Inventory, lives with its callers.
+// internal/boundedread, and on no other pullguard package
+// (docs/imports.txt): the tracker's view of a runtime's images,
+// guardedpull.Inventory, lives with its callers. It does not import
+// k8s.io/cri-client, which logs a failed call's error; the kubelet's own
+// client, for tests, is in internal/kubeletcri.
 //
 // Two implementations of k8s.io/cri-api's ImageManagerService are provided:
 //

@@ -4,9 +4,10 @@
 // Every credential it returns carries its source and its keyed hash.
 //
 // imagemanager builds each pod's keyring, pkg/podworkers the node's,
-// pkg/credentialprovider serves its plugins' answers as one, and
-// pkg/criproxy parses image names with it; it depends on pkg/credential and
-// pkg/imageref only, never on the credential tracker (TestDependencies).
+// pkg/credentialprovider serves its plugins' answers as one, pkg/announce
+// files announcements by its patterns, and pkg/criproxy parses image names
+// with it; it depends on pkg/credential and pkg/imageref only, never on the
+// credential tracker or its store (docs/imports.txt).
 //
 // # Sources
 //

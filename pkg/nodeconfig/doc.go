@@ -7,6 +7,7 @@
 // cmd/pullguard loads it for run and serve, and pkg/podworkers assembles a
 // node from its Settings; it depends on credtracker (the policy and
 // allowlist types), featuregates, internal/boundedread and the kubelet's
-// configuration types. bench/upstream checks its verdicts against the
-// kubelet's own validation (TestKubeletConfigurationParity).
+// configuration types. test/kubelet checks its verdicts, through `pullguard
+// config check`, against the kubelet's own validation
+// (TestKubeletConfigurationParity).
 package nodeconfig

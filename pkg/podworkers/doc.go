@@ -7,9 +7,11 @@
 // do, keeping the events.
 //
 // cmd/pullguard (run and demo assemble a node with it; records, serve and
-// registry use its directory names and bounded reads) and the end-to-end
-// suite use it, and nothing else may import it; it depends on imagemanager
-// and on everything a node is made of (credtracker, pkg/criruntime,
-// pkg/guardedpull, pkg/keyring, pkg/credentialprovider, pkg/nodeconfig,
-// pkg/credential).
+// registry use its directory names and bounded reads), bench/serve (serve's
+// root directory layout, TrackerDir) and the end-to-end suite use it; no
+// package of the product below the command imports it. It depends on
+// imagemanager and on everything a node is made of (credtracker,
+// pkg/criruntime, pkg/guardedpull, pkg/keyring, pkg/credentialprovider,
+// pkg/nodeconfig, pkg/credential, internal/boundedread, internal/dirlock,
+// internal/safedecode).
 package podworkers

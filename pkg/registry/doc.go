@@ -4,8 +4,9 @@
 // adds users, per-repository access rules and request accounting.
 //
 // cmd/pullguard (demo, registry) and the tests of imagemanager,
-// pkg/criproxy, cmd/pullguard and test/e2e use it; it depends on
-// go-containerregistry and x/crypto/bcrypt, and on no pullguard package.
+// pkg/criproxy, pkg/criruntime, cmd/pullguard and test/e2e use it; it
+// depends on go-containerregistry, x/crypto/bcrypt, klog and
+// k8s.io/utils/clock only, and on no pullguard package (docs/imports.txt).
 //
 // New starts a Registry listening on 127.0.0.1 (a random port unless
 // WithAddr names one); the caller should call Close. Access is declared in a
