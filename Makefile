@@ -47,8 +47,7 @@ e2e:
 ## every KubeletConfiguration the kubelet's own code accepts, `pullguard
 ## config check` accepts (it needs no root; its k8s.io/kubernetes packages
 ## compile once, with the kubelet's build). The first run builds both, and
-## containerd v2.2.9, into the Go module cache (about 6 minutes on an idle
-## 2-core machine, and 3-5 more for containerd); see docs/testing.md.
+## containerd v2.2.9, into the Go module cache; see docs/testing.md.
 e2e-kubelet:
 	$(MAKE) --no-print-directory e2e-kubelet-build
 	$(MAKE) --no-print-directory e2e-kubelet-run
@@ -70,16 +69,15 @@ bench:
 ## containers of 40 images), under the real kubelet with its own gate and
 ## behind pullguard serve, in alternating rounds of one run; prints the
 ## tables of docs/benchmarks.md ("serve on a node"). As root; not part of
-## `make test` (about 15 minutes).
+## `make test`.
 PODS ?= 50
 SEQ ?= 10
 ROUNDS ?= 3
 STORM_ROUNDS ?= 2
 ## PAIRS=N adds N pairs of bursts in both modes on one node, back to back
-## (about 4 minutes a pair with both bursts, 2 with one:
-## PULLGUARD_BENCH_PAIRED_BURSTS=present or verify), and reports the ratio's
-## 95 % interval: `PULLGUARD_BENCH_PAIRED_BURSTS=verify make bench-kubelet
-## ROUNDS=0 STORM_ROUNDS=0 PAIRS=36` resolved the 50-pod target on 2 cores.
+## (both bursts, or one: PULLGUARD_BENCH_PAIRED_BURSTS=present or verify),
+## and reports the ratio's 95 % interval (docs/benchmarks.md: the runs, their
+## commands and the machine).
 PAIRS ?= 0
 bench-kubelet:
 	cd test/kubelet && PULLGUARD_BENCH_KUBELET=1 PULLGUARD_BENCH_PODS=$(PODS) PULLGUARD_BENCH_SEQ=$(SEQ) PULLGUARD_BENCH_ROUNDS=$(ROUNDS) PULLGUARD_BENCH_STORM_ROUNDS=$(STORM_ROUNDS) \
@@ -90,7 +88,7 @@ bench-kubelet:
 ## fake CRI runtime and 10 credential records per image in its store, its
 ## time to the first answer and the first full ListImages, and the same
 ## after bursts of 64 pods starting at once (docs/benchmarks.md, "serve on
-## a node"). Not part of `make test`; under a minute.
+## a node"). Not part of `make test`.
 ## SERVE_FLAGS passes flags, e.g. SERVE_FLAGS='-rounds 5 -images 10000 -smaps 8'.
 SERVE_FLAGS ?=
 bench-serve: bin/pullguard
@@ -132,8 +130,8 @@ lint:
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
 	@# Embedders build on other systems: the module must at least compile
 	@# there. Type-checked from source with every dependency (tools/crosscheck,
-	@# a module of its own): seconds, where a cold `GOOS=darwin go build ./...`
-	@# compiled every dependency a second time (2 min 47 s on this machine).
+	@# a module of its own), where a cold `GOOS=darwin go build ./...` would
+	@# compile every dependency a second time.
 	cd tools/crosscheck && $(GO) test -count=1 . && $(GO) run . -C ../.. -goos darwin ./...
 
 clean:
