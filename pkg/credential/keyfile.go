@@ -7,12 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 // LoadOrCreateHasher reads the hash key at path, or creates it with fresh
-// random bytes (mode 0600, fsynced, renamed into place) when it does not
-// exist. created reports whether a new key was made, which means every
-// recorded credential hash is now unknown and will be verified once more.
+// random bytes when it does not exist (mode 0600, written durably by
+// internal/durable: fsynced, renamed into place, its directory fsynced).
+// created reports whether a new key was made, which means every recorded
+// credential hash is now unknown and will be verified once more.
 //
 // A key file of the wrong size is not trusted: it is moved aside to
 // path+".invalid" and a new key is created, which is the safe direction
@@ -40,51 +43,14 @@ func LoadOrCreateHasher(path string) (h *Hasher, created bool, err error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, false, fmt.Errorf("failed to generate hash key: %w", err)
 	}
-	if err := writeFileSync(path, key, 0o600); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("failed to write hash key %q: %w", path, err)
+	}
+	if err := durable.WriteFile(path, key, 0o600); err != nil {
 		return nil, false, fmt.Errorf("failed to write hash key %q: %w", path, err)
 	}
 	h, err = NewHasher(key)
 	return h, true, err
-}
-
-// writeFileSync writes data to a temporary file beside path, fsyncs it,
-// renames it over path and fsyncs the directory, so that after a crash path
-// holds either nothing or all of data.
-func writeFileSync(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // LoadOrCreateSharedHasher reads the hash key at path, or creates it when
@@ -92,8 +58,8 @@ func writeFileSync(path string, data []byte, perm fs.FileMode) error {
 // same moment (each run of `pullguard credential-provider` announces with
 // the key beside its announcements). A new key is written to a temporary
 // file (mode 0600, fsynced) and linked into place only if path still does
-// not exist, so every process ends up with the one key that won; the
-// others' are discarded. Unlike LoadOrCreateHasher, a key of the wrong
+// not exist (durable.Exclusive, which fsyncs the directory too), so every
+// process ends up with the one key that won; the others' are discarded. Unlike LoadOrCreateHasher, a key of the wrong
 // size is an error and is left alone: it is not this process's to
 // replace while others may be using it.
 func LoadOrCreateSharedHasher(path string) (*Hasher, error) {
@@ -115,34 +81,14 @@ func LoadOrCreateSharedHasher(path string) (*Hasher, error) {
 	}
 }
 
-// linkNewKey writes a new random key beside path and links it at path
-// unless something is there already (then that one stands).
+// linkNewKey writes a new random key durably at path unless something is
+// there already (then that one stands).
 func linkNewKey(path string) error {
 	key := make([]byte, KeySize)
 	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	_, err = f.Write(key)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := durable.WriteFile(path, key, 0o600, durable.Exclusive()); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	return nil
