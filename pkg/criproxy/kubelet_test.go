@@ -15,6 +15,7 @@ import (
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
@@ -90,9 +91,17 @@ func TestSwitchOver(t *testing.T) {
 			}})
 			imp := h.tracker.(credtracker.Importer)
 			serveRoot := t.TempDir()
+			rec := durabletest.Record(t, serveRoot)
 			res, err := criproxy.SwitchOver(context.Background(), imp, guardedpull.Inventory(h.fake), serveRoot, kroot, tc.mode, time.Unix(100, 0), testLogger())
 			require.NoError(t, err)
 			require.NotNil(t, res)
+			marker := filepath.Join(serveRoot, criproxy.SwitchOverFile)
+			assert.Equal(t, [][]string{durabletest.Durable}, rec.Writes(marker), "the marker is written durably: %v", rec.Ops())
+			var written criproxy.SwitchOverResult
+			data, err := os.ReadFile(marker)
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal(data, &written))
+			assert.Equal(t, *res, written, "the marker says what was imported")
 			assert.Equal(t, 2, res.Pulled)
 			assert.Equal(t, 1, res.Intents)
 			for image, want := range tc.want {

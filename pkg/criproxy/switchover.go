@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 // UnrecordedImages says what the first start does with present images
@@ -110,7 +111,7 @@ func SwitchOver(ctx context.Context, imp credtracker.Importer, inv credtracker.I
 			return nil, fmt.Errorf("first start: %w", err)
 		}
 	}
-	if err := writeFileSync(marker, res); err != nil {
+	if err := writeMarker(marker, res); err != nil {
 		return nil, err
 	}
 	logger.Info("Switched over from the kubelet's records", "kubeletRecords", res.KubeletRecords, "pulled", res.Pulled, "intents", res.Intents, "importedNames", res.Imported, "unknownOrigin", res.UnknownOrigin, "unreadable", len(res.Unreadable))
@@ -132,36 +133,14 @@ func allNameErrors(err error) bool {
 	return errors.Unwrap(err) == nil
 }
 
-// writeFileSync writes v as JSON to path durably: a temporary file,
-// fsynced, renamed, and the directory fsynced.
-func writeFileSync(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+// writeMarker writes res as JSON to path durably (internal/durable).
+func writeMarker(path string, res *SwitchOverResult) error {
+	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("failed to encode %s: %w", path, err)
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("failed to write %s: %w", path, err)
+	if err := durable.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("first start: failed to mark the import done: %w", err)
 	}
-	_, err = f.Write(append(data, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("failed to write %s: %w", path, err)
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }
