@@ -14,8 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
@@ -459,4 +461,50 @@ func TestMissingStoreIsNotAFreshStart(t *testing.T) {
 		e := newEnv(t, credtracker.Config{})
 		assert.Zero(t, e.tr.Status().RecoveredAt)
 	})
+}
+
+// TestStoreFilesAreWrittenDurably shows the order of the writes that put
+// the tracker's files in place: the hash key written, fsynced, renamed,
+// its directory fsynced; a new store (which bbolt fsyncs at its commit)
+// renamed into place and the directory fsynced, at the first start and
+// when an unreadable store is replaced.
+func TestStoreFilesAreWrittenDurably(t *testing.T) {
+	renamed := []string{durabletest.StepRename, durabletest.StepSyncDir}
+	for _, tc := range []struct {
+		name string
+		// before runs before the start whose writes are recorded.
+		before func(t *testing.T, e *env)
+		want   map[string][][]string
+	}{{
+		name: "first start",
+		want: map[string][][]string{
+			credtracker.HashKeyFile: {durabletest.Durable},
+			credtracker.StoreFile:   {renamed},
+		},
+	}, {
+		name: "an unreadable store is replaced",
+		before: func(t *testing.T, e *env) {
+			e.start()
+			e.pull(appImage, refApp, e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw"))
+			require.NoError(t, e.tr.Close())
+			require.NoError(t, os.WriteFile(filepath.Join(e.dir, credtracker.StoreFile), []byte("not a store"), 0o600))
+		},
+		want: map[string][][]string{
+			credtracker.HashKeyFile: nil,
+			credtracker.StoreFile:   {renamed},
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := &env{t: t, dir: dir, clock: clocktesting.NewFakeClock(epoch), inv: &fakeInventory{}, cfg: credtracker.Config{Dir: dir}}
+			if tc.before != nil {
+				tc.before(t, e)
+			}
+			rec := durabletest.Record(t, dir)
+			e.start()
+			for file, want := range tc.want {
+				assert.Equal(t, want, rec.Writes(filepath.Join(dir, file)), "%s: operations %v", file, rec.Ops())
+			}
+		})
+	}
 }

@@ -229,15 +229,6 @@ func (t *tracker) recover(path string, sl *sealer, gen *genFile, cause error) (c
 	return contents{unreadable: map[string]error{}, intents: map[string]bool{}, status: st}, nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // adopt installs what was read, quarantines unreadable records, resolves
 // leftover intents and completes a pending seed.
 func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) error {

@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 // The store is one bbolt file with three buckets. Every change is one
@@ -269,10 +270,13 @@ func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync 
 		err = gen.write(next.gen, !noSync)
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil && !noSync {
-		err = syncDir(filepath.Dir(path))
+		// bbolt fsynced the file at its commit (unless noSync): the
+		// rename and the directory's fsync are what remains.
+		var opts []durable.Option
+		if noSync {
+			opts = append(opts, durable.NoSync())
+		}
+		err = durable.Rename(tmp, path, opts...)
 	}
 	if err != nil {
 		return fmt.Errorf("failed to create record store %s: %w", path, err)
