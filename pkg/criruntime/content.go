@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 // maxMetadataBlob bounds manifests, indexes and configs read into memory.
@@ -65,26 +67,22 @@ func (s *contentStore) write(ctx context.Context, d v1.Hash, size int64, r io.Re
 	if s.has(d) {
 		return nil
 	}
-	tmp, err := os.CreateTemp(s.ingest, d.Hex+".*")
+	// Renamed into blobs/ once checked; blobs/ is fsynced by sync, once
+	// for all the blobs of a pull.
+	w, err := durable.Create(s.path(d), 0o600, durable.TempDir(s.ingest), durable.DeferDirSync())
 	if err != nil {
 		return fmt.Errorf("failed to create ingest file for %s: %w", d, err)
 	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
+	defer w.Close() // discards it unless committed
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), ctxReader{ctx: ctx, r: r})
+	n, err := io.Copy(io.MultiWriter(w, h), ctxReader{ctx: ctx, r: r})
 	if err == nil {
 		err = checkBlob(d, size, n, h)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("failed to write blob %s: %w", d, err)
 	}
-	if err := os.Rename(tmp.Name(), s.path(d)); err != nil {
+	if err := w.Commit(); err != nil {
 		return fmt.Errorf("failed to commit blob %s: %w", d, err)
 	}
 	return nil
@@ -124,7 +122,7 @@ func (s *contentStore) read(d v1.Hash) ([]byte, error) {
 }
 
 // sync makes the directory entries of committed blobs durable.
-func (s *contentStore) sync() error { return syncDir(s.blobs) }
+func (s *contentStore) sync() error { return durable.SyncDir(s.blobs) }
 
 // remove deletes blob d; a missing blob is not an error.
 func (s *contentStore) remove(d v1.Hash) error {
@@ -165,14 +163,4 @@ func (c ctxReader) Read(p []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(p)
-}
-
-// syncDir fsyncs a directory so renames into it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

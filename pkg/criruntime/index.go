@@ -10,6 +10,8 @@ import (
 	"sort"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 // The persisted image index, a versioned object so it can be inspected and
@@ -108,32 +110,15 @@ func loadImageIndex(dir string) (*imageIndex, error) {
 	return decodeImageIndex(b)
 }
 
-// save writes the index atomically: temp file, fsync, rename, fsync of the
-// directory. A crash leaves the old index or the new one, never a mix.
+// save writes the index atomically and durably (internal/durable: temp
+// file, fsync, rename, fsync of the directory). A crash leaves the old
+// index or the new one, never a mix.
 func (idx *imageIndex) save(dir string) error {
 	b, err := json.Marshal(idx)
 	if err != nil {
 		return fmt.Errorf("failed to encode image index: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, indexFile+".tmp*")
-	if err != nil {
-		return fmt.Errorf("failed to write image index: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op once renamed
-	_, err = tmp.Write(b)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(dir, indexFile))
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
+	if err := durable.WriteFile(filepath.Join(dir, indexFile), b, 0o600); err != nil {
 		return fmt.Errorf("failed to write image index: %w", err)
 	}
 	return nil
