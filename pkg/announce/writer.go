@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/utils/clock"
 
+	"github.com/pullguard/pullguard/internal/durable"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
@@ -36,9 +37,6 @@ const DefaultMaxEntries = 256
 // before its cache entry expired, or an answer the kubelet did not cache
 // at all, still counts for the pull that follows.
 const DefaultGrace = 5 * time.Minute
-
-// tmpPrefix starts the name of a file being written; a Board ignores it.
-const tmpPrefix = ".tmp-"
 
 // staleTmp is when a leftover temporary file (a writer killed while
 // writing) is removed by the next writer.
@@ -180,25 +178,12 @@ func (w *Writer) Write(ans Answer) error {
 	return nil
 }
 
-// put writes data under name, through a temporary file renamed into place.
-// No fsync: after a crash the kubelet's cache is gone too, so it runs the
-// plugin again and announces anew; a torn file is refused by the Board.
+// put writes data under name, through a temporary file renamed into place
+// (a reader sees all of it or nothing). No fsync (durable.NoSync): after a
+// crash of the node the kubelet's cache is gone too, so it runs the plugin
+// again and announces anew; a torn file is refused by the Board.
 func (w *Writer) put(name string, data []byte) error {
-	f, err := os.CreateTemp(w.dir, tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after the rename
-	// CreateTemp made it 0600.
-	_, err = f.Write(data)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(w.dir, name))
+	return durable.WriteFile(filepath.Join(w.dir, name), data, 0o600, durable.NoSync())
 }
 
 // prune removes expired announcements, leftover temporary files, and the
@@ -213,7 +198,7 @@ func (w *Writer) prune(now time.Time) {
 	var live []entryTimes
 	for _, name := range names {
 		path := filepath.Join(w.dir, name)
-		if strings.HasPrefix(name, tmpPrefix) {
+		if durable.IsTemp(name) {
 			// A file time: compared with the wall clock.
 			if fi, err := os.Lstat(path); err == nil && time.Since(fi.ModTime()) > staleTmp {
 				_ = os.Remove(path)
