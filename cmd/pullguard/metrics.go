@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/durable"
 	"github.com/pullguard/pullguard/pkg/announce"
 	"github.com/pullguard/pullguard/pkg/credentialprovider"
 	"github.com/pullguard/pullguard/pkg/criproxy"
@@ -62,21 +61,18 @@ func writeMetrics(w io.Writer) error {
 }
 
 // writeMetricsFile writes the metrics to path, through a temporary file
-// renamed into place, so a reader never sees half a file.
+// renamed into place, so a reader never sees half a file (not fsynced:
+// they describe a run that is over).
 func writeMetricsFile(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".metrics-*")
+	w, err := durable.Create(path, 0o600, durable.NoSync())
 	if err != nil {
 		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := writeMetrics(tmp); err != nil {
-		tmp.Close()
+	defer w.Close()
+	if err := writeMetrics(w); err != nil {
 		return err
 	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := w.Commit(); err != nil {
 		return fmt.Errorf("failed to write metrics file %s: %w", path, err)
 	}
 	return nil

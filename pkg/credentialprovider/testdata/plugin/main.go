@@ -63,6 +63,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pullguard/pullguard/internal/durable"
 )
 
 type request struct {
@@ -299,10 +301,7 @@ func startInNewSession(pidfile string) {
 
 // writePid writes pid to path atomically, so a reader never sees it empty.
 func writePid(path string, pid int) {
-	if err := os.WriteFile(path+".tmp", []byte(fmt.Sprint(pid)), 0o600); err != nil {
-		fail("pidfile: %v", err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
+	if err := durable.WriteFile(path, []byte(fmt.Sprint(pid)), 0o600, durable.NoSync()); err != nil {
 		fail("pidfile: %v", err)
 	}
 }
