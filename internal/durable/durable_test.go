@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -14,18 +15,6 @@ import (
 	"github.com/pullguard/pullguard/internal/durable"
 	"github.com/pullguard/pullguard/internal/durable/durabletest"
 )
-
-// entries lists dir's names.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	var names []string
-	for _, de := range des {
-		names = append(names, de.Name())
-	}
-	return names
-}
 
 // TestWriteOrder shows the order of each form's operations: the data is
 // written, the file fsynced and closed, renamed (or linked), and the
@@ -153,9 +142,8 @@ func TestWriteOrder(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, fs.FileMode(perm), fi.Mode().Perm())
 			}
-			for _, name := range entries(t, dir) {
-				assert.False(t, durable.IsTemp(name), "temporary file %s left behind", name)
-			}
+			_, tmp := durabletest.List(t, dir)
+			assert.Empty(t, tmp, "temporary files left behind")
 		})
 	}
 }
@@ -294,9 +282,8 @@ func TestWriteFailures(t *testing.T) {
 				require.NoError(t, rerr)
 				assert.Equal(t, old, got, "the old file stands")
 			}
-			for _, name := range entries(t, dir) {
-				assert.False(t, durable.IsTemp(name), "temporary file %s left behind", name)
-			}
+			_, tmp := durabletest.List(t, dir)
+			assert.Empty(t, tmp, "temporary files left behind")
 		})
 	}
 }
@@ -347,7 +334,8 @@ func TestWriter(t *testing.T) {
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), path)
 			assert.NoFileExists(t, path)
-			assert.Empty(t, entries(t, dir), "nothing is left")
+			files, tmp := durabletest.List(t, dir)
+			assert.Empty(t, append(files, tmp...), "nothing is left")
 		})
 	}
 }
@@ -396,4 +384,32 @@ func TestTemporaryNames(t *testing.T) {
 			assert.True(t, durable.IsTemp(matches[0]))
 		})
 	}
+}
+
+// TestSetFSIsForTestsOnly: no file of the repository but tests and
+// durabletest replaces the file system the package writes through (and
+// docs/imports.txt keeps durabletest out of every product package).
+func TestSetFSIsForTestsOnly(t *testing.T) {
+	root := filepath.Join("..", "..")
+	var callers []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".go" || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(data, []byte("SetFS(")) {
+			callers = append(callers, path)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	here := filepath.Join(root, "internal", "durable")
+	assert.Equal(t, []string{
+		filepath.Join(here, "durabletest", "crash.go"),
+		filepath.Join(here, "durabletest", "record.go"),
+		filepath.Join(here, "fs.go"), // where it is defined
+	}, callers)
 }

@@ -2,7 +2,6 @@ package announce_test
 
 import (
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/stretchr/testify/require"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/pullguard/pullguard/internal/durable"
 	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/pullguard/pullguard/pkg/announce"
 )
@@ -65,14 +63,8 @@ func TestWriterCrash(t *testing.T) {
 			if o.Steps == 0 {
 				return
 			}
-			des, err := filepath.Glob(filepath.Join(f.dir, "*"))
-			require.NoError(t, err)
-			hidden, err := filepath.Glob(filepath.Join(f.dir, ".*"))
-			require.NoError(t, err)
-			for _, path := range append(des, hidden...) {
-				name := filepath.Base(path)
-				assert.True(t, name == announce.KeyFile || strings.HasSuffix(name, ".json") && !strings.HasPrefix(name, ".") || durable.IsTemp(name), "%s is left", name)
-			}
+			files, _ := durabletest.List(t, f.dir)
+			assert.Subset(t, append(entries(t, f.dir), announce.KeyFile), files, "nothing but the key, announcements and temporary files")
 		},
 	})
 	assert.True(t, completed)

@@ -8,10 +8,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/pullguard/pullguard/internal/durable"
 	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/pullguard/pullguard/pkg/credential"
 )
+
+func loadOrCreateHasher(path string) (*credential.Hasher, error) {
+	h, _, err := credential.LoadOrCreateHasher(path)
+	return h, err
+}
 
 // keyFileCases are the ways a hash key is created: the tracker's (a new
 // key, or one replacing a key of the wrong size) and the announcements'
@@ -25,19 +29,13 @@ var keyFileCases = []struct {
 	want []string
 }{{
 	name: "LoadOrCreateHasher creates a key",
-	load: func(path string) (*credential.Hasher, error) {
-		h, _, err := credential.LoadOrCreateHasher(path)
-		return h, err
-	},
+	load: loadOrCreateHasher,
 	want: durabletest.Durable,
 }, {
 	name:    "LoadOrCreateHasher replaces a key of the wrong size",
 	invalid: "short",
-	load: func(path string) (*credential.Hasher, error) {
-		h, _, err := credential.LoadOrCreateHasher(path)
-		return h, err
-	},
-	want: durabletest.Durable,
+	load:    loadOrCreateHasher,
+	want:    durabletest.Durable,
 }, {
 	name: "LoadOrCreateSharedHasher creates a key",
 	load: credential.LoadOrCreateSharedHasher,
@@ -96,11 +94,8 @@ func TestKeyFileCrash(t *testing.T) {
 						require.NoError(t, err)
 						assert.Equal(t, want.HashAuth(credential.AuthConfig{Username: "u", Password: "p"}), h.HashAuth(credential.AuthConfig{Username: "u", Password: "p"}), "the next start uses the key found")
 					}
-					des, err := os.ReadDir(dir)
-					require.NoError(t, err)
-					for _, de := range des {
-						assert.True(t, de.Name() == "hashkey" || de.Name() == "hashkey.invalid" || durable.IsTemp(de.Name()), "%s is left", de.Name())
-					}
+					files, _ := durabletest.List(t, dir)
+					assert.Subset(t, []string{"hashkey", "hashkey.invalid"}, files, "nothing but the key, the invalid one and temporary files")
 				},
 			})
 		})

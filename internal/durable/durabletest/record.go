@@ -1,12 +1,3 @@
-// Package durabletest shows, in a caller's tests, how package durable
-// writes its files: Record lists the operations in their order (the
-// fsyncs a crash test cannot see, since the page cache survives a killed
-// process), and Crash kills a child process after each of them and checks
-// what is left.
-//
-// Only tests import it. Both install an FS with durable.SetFS for the
-// whole process, so a test that uses them must not run in parallel with
-// another that does.
 package durabletest
 
 import (
@@ -156,7 +147,8 @@ func (r *Recorder) Index(step, path string, from int) int {
 // rename or link at path: the steps on its temporary file (consecutive
 // writes as one StepWrite), the rename or link, and what followed it for
 // that write: the removal of the temporary name and the first fsync of
-// path's directory.
+// path's directory, whoever made it (an fsync of a directory makes every
+// rename in it durable).
 func (r *Recorder) Writes(path string) [][]string {
 	ops := r.Ops()
 	var writes [][]string
