@@ -128,6 +128,10 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	@$(GO) mod tidy -diff || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result"; exit 1; }
+	@# The modules that require this one see its go.mod change with it.
+	@for m in test/kubelet bench/upstream; do \
+	  (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' in $$m and commit the result"; exit 1; }; \
+	done
 	@# Embedders build on other systems: the module must at least compile
 	@# there. Type-checked from source with every dependency (tools/crosscheck,
 	@# a module of its own), where a cold `GOOS=darwin go build ./...` would
