@@ -21,7 +21,6 @@ import (
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/credential"
 	"github.com/pullguard/pullguard/pkg/criproxy"
-	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
@@ -104,9 +103,9 @@ func (c containerdLike) ImageStatus(ctx context.Context, spec *runtimeapi.ImageS
 		if q == idv || (len(strings.TrimPrefix(q, "sha256:")) >= 2 && strings.HasPrefix(hex, strings.TrimPrefix(q, "sha256:"))) {
 			found = img
 		}
-		if n, err := criruntime.NormalizeImage(q); err == nil {
+		if n, err := normalize(q); err == nil {
 			for _, name := range append(append([]string{}, img.RepoTags...), img.RepoDigests...) {
-				if m, err := criruntime.NormalizeImage(name); err == nil && m == n {
+				if m, err := normalize(name); err == nil && m == n {
 					found = img
 				}
 			}

@@ -22,6 +22,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
+	"github.com/pullguard/pullguard/pkg/imageref"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -60,9 +61,19 @@ func newFakeBackend() *fakeBackend {
 }
 
 func norm(t testing.TB, image string) string {
-	n, err := criruntime.NormalizeImage(image)
+	n, err := normalize(image)
 	require.NoError(t, err)
 	return n
+}
+
+// normalize is the name containerd stores image under (its grammar,
+// distribution/reference's, is pkg/imageref's).
+func normalize(image string) (string, error) {
+	r, err := imageref.Parse(image)
+	if err != nil {
+		return "", err
+	}
+	return r.DockerRef(), nil
 }
 
 // publish puts an image in the fake registry under name.
@@ -112,7 +123,7 @@ func (f *fakeBackend) find(image string) *runtimeapi.Image {
 	if img, ok := f.images[image]; ok {
 		return img
 	}
-	n, err := criruntime.NormalizeImage(image)
+	n, err := normalize(image)
 	if err != nil {
 		return nil
 	}
@@ -187,7 +198,7 @@ func (f *fakeBackend) store(spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthCon
 	if f.down {
 		return "", unavailable()
 	}
-	n, err := criruntime.NormalizeImage(spec.GetImage())
+	n, err := normalize(spec.GetImage())
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "bad image %q", spec.GetImage())
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/internal/boundedread"
-	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // The kubelet's own record directories under its root directory
@@ -143,7 +142,7 @@ func (r KubeletRecords) Imports(present []credtracker.Image) []credtracker.Impor
 	for _, img := range present {
 		refs[img.Ref] = true
 		for _, n := range img.Names {
-			if norm, err := criruntime.NormalizeImage(n); err == nil {
+			if norm, ok := dockerRef(n); ok {
 				byName[norm] = img.Ref
 			}
 		}
@@ -168,8 +167,8 @@ func (r KubeletRecords) Imports(present []credtracker.Image) []credtracker.Impor
 		}
 	}
 	for _, in := range r.Intents {
-		norm, err := criruntime.NormalizeImage(in.Image)
-		if err != nil {
+		norm, ok := dockerRef(in.Image)
+		if !ok {
 			continue
 		}
 		if ref, ok := byName[norm]; ok {

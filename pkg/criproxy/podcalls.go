@@ -8,7 +8,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/pkg/credential"
-	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
 // The two annotations the kubelet puts on every pod, from every source,
@@ -247,15 +246,6 @@ func (p *podCalls) key(image, pod string) callKey {
 		p.onEvict(evictedName) // forgetting costs one parse
 	}
 	return callKey{image: k, pod: pod}
-}
-
-// normalizedKey normalizes an image name, so that "alpine" and
-// "docker.io/library/alpine:latest" are one image.
-func normalizedKey(image string) string {
-	if n, err := criruntime.NormalizeImage(image); err == nil {
-		return n
-	}
-	return image
 }
 
 // hid notes that ImageStatus reported image absent to pod's presence

@@ -60,11 +60,8 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	if image == "" {
 		return nil, invalid("PullImage: image is required")
 	}
-	im, err := keyring.ParseImage(image)
+	im, err := keyring.ParseImage(image) // pkg/imageref's grammar, as the tracker's and the call keys' (normalizedKey)
 	if err != nil {
-		return nil, invalid("PullImage: image %q is not a valid image reference", truncate(image, 256))
-	}
-	if _, err := credtracker.RepositoryName(image); err != nil {
 		return nil, invalid("PullImage: image %q is not a valid image reference", truncate(image, 256))
 	}
 	meta := req.GetSandboxConfig().GetMetadata()
