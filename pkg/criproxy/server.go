@@ -197,14 +197,14 @@ func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesReque
 		return nil, backendError("ListImages", err)
 	}
 	if req.GetFilter().GetImage().GetImage() == "" {
-		s.maybePrune(imgs, listedAt)
+		s.maybePrune(ctx, imgs, listedAt)
 	}
 	return &runtimeapi.ListImagesResponse{Images: imgs}, nil
 }
 
 // maybePrune prunes the records of images missing from a full list, at
-// most once per pruneEvery.
-func (s *Server) maybePrune(imgs []*runtimeapi.Image, listedAt time.Time) {
+// most once per pruneEvery (guardedpull.PruneList).
+func (s *Server) maybePrune(ctx context.Context, imgs []*runtimeapi.Image, listedAt time.Time) {
 	last := s.lastPrune.Load()
 	if s.pruneEvery > 0 && listedAt.UnixNano()-last < int64(s.pruneEvery) {
 		return
@@ -212,10 +212,8 @@ func (s *Server) maybePrune(imgs []*runtimeapi.Image, listedAt time.Time) {
 	if !s.lastPrune.CompareAndSwap(last, listedAt.UnixNano()) {
 		return // another list is pruning
 	}
-	if n, err := s.tracker.PruneImages(guardedpull.Images(imgs), listedAt); err != nil {
+	if _, err := guardedpull.PruneList(klog.NewContext(ctx, s.logger), s.tracker, imgs, listedAt); err != nil {
 		s.logger.Error(err, "Failed to prune the records of images that are gone")
-	} else if n > 0 {
-		s.logger.V(2).Info("Pruned the records of images that are gone", "records", n)
 	}
 }
 
@@ -251,36 +249,28 @@ func (s *Server) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoReque
 }
 
 // RemoveImage removes the image through the backend, then prunes that
-// image's record (image garbage collection; guardedpull.Remove), at a cost
-// that does not depend on the number of images: a GC pass that removes k
-// images costs k removals, not k listings. A failed prune is logged: the
-// record of an absent image grants nothing, and the full prune (a
-// ListImages, at most once per prune interval) catches it.
+// image's record, as the image manager does (image garbage collection;
+// guardedpull.Remove), at a cost that does not depend on the number of
+// images: a GC pass that removes k images costs k removals, not k
+// listings. Only the backend's error fails it: a record whose removal
+// could not be stored is logged (guardedpull.ErrPrune): the record of an
+// absent image grants nothing, and the full prune (a ListImages, at most
+// once per prune interval) removes it.
 func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	defer observe("RemoveImage", time.Now())
 	if req.GetImage().GetImage() == "" {
 		return nil, invalid("RemoveImage: image is required")
 	}
-	id, err := guardedpull.Remove(ctx, s.backend, s.tracker, req.GetImage(), s.clock.Now())
-	switch {
-	case errors.Is(err, guardedpull.ErrPrune):
-		s.logger.Error(err, "Failed to prune the record of a removed image", "image", req.GetImage().GetImage())
-	case err != nil:
+	if err := guardedpull.Remove(klog.NewContext(ctx, s.logger), s.backend, s.tracker, req.GetImage(), s.clock.Now()); err != nil {
 		return nil, backendError("RemoveImage", err)
-	case id != "":
-		s.logger.V(2).Info("Pruned the record of a removed image", "image", req.GetImage().GetImage(), "imageRef", id)
 	}
 	s.calls.forgetStatuses()
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
 // Prune lists the backend's images and removes the records of images no
-// longer present; records written after the list was taken are kept.
+// longer present (guardedpull.Prune); records written after the list was
+// taken are kept.
 func (s *Server) Prune(ctx context.Context) (int, error) {
-	listedAt := s.clock.Now()
-	imgs, err := guardedpull.Inventory(s.backend).ListImages(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return s.tracker.PruneImages(imgs, listedAt)
+	return guardedpull.Prune(klog.NewContext(ctx, s.logger), s.backend, s.tracker, s.clock)
 }

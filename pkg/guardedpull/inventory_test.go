@@ -13,13 +13,18 @@ import (
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
 
-// lister answers ListImages with its images, or its error.
+// lister answers ListImages with its images, or its error; during, if
+// set, runs while the list is taken.
 type lister struct {
 	images []*runtimeapi.Image
 	err    error
+	during func()
 }
 
 func (l lister) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
+	if l.during != nil {
+		l.during()
+	}
 	return l.images, l.err
 }
 
