@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pullguard/pullguard/internal/critest"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
 )
 
@@ -72,7 +73,7 @@ func TestDeployUnitProtectsWithTheKubeletsGateOff(t *testing.T) {
 	require.NoError(t, err)
 	cfg := filepath.Join(dir, "config.yaml")
 	require.NoError(t, os.WriteFile(cfg, append(snippet, []byte("featureGates:\n  KubeletEnsureSecretPulledImages: false\n")...), 0o600))
-	runtime := serveCRI(t, &listOnlyCRI{})
+	runtime := "unix://" + critest.Serve(t, critest.NewImageService())
 	socket, root := filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root")
 	subst := map[string]string{
 		"--listen":                 "unix://" + socket,

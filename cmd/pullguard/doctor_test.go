@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/internal/critest"
 )
 
 const (
@@ -41,7 +43,7 @@ type doctorNode struct {
 // none).
 func newDoctorNode(t *testing.T, config, kubeadm, extra, healthzBody, store string) *doctorNode {
 	t.Helper()
-	n := &doctorNode{dir: shortDir(t), socket: serveCRI(t, &listOnlyCRI{})}
+	n := &doctorNode{dir: shortDir(t), socket: "unix://" + critest.Serve(t, critest.NewImageService())}
 	write := func(name, content string) string {
 		path := filepath.Join(n.dir, name)
 		if content != "" {

@@ -1,48 +1,16 @@
 package main_test
 
 import (
-	"context"
 	"encoding/json"
-	"net"
-	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/critest"
 )
-
-// listOnlyCRI is a CRI image service that lists fixed images.
-type listOnlyCRI struct {
-	runtimeapi.UnimplementedImageServiceServer
-	images []*runtimeapi.Image
-}
-
-func (f *listOnlyCRI) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
-	return &runtimeapi.ListImagesResponse{Images: f.images}, nil
-}
-
-func (f *listOnlyCRI) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
-	return &runtimeapi.ImageFsInfoResponse{}, nil
-}
-
-// serveCRI serves fake on a unix socket until the test ends.
-func serveCRI(t *testing.T, fake runtimeapi.ImageServiceServer) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "cri") // short: unix socket paths are limited to 108 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "cri.sock")
-	lis, err := net.Listen("unix", socket)
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(srv, fake)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return "unix://" + socket
-}
 
 func TestRecordsListsRuntimeImagesWithoutRecord(t *testing.T) {
 	w := newWorld(t)
@@ -51,10 +19,10 @@ func TestRecordsListsRuntimeImagesWithoutRecord(t *testing.T) {
 	require.Equal(t, 0, res.code, res.stderr)
 
 	sideLoaded := "sha256:" + "5e" + "1d" + "e0" + "ad" + "000000000000000000000000000000000000000000000000000000"
-	endpoint := serveCRI(t, &listOnlyCRI{images: []*runtimeapi.Image{
-		{Id: w.pushed.ConfigDigest, RepoTags: []string{w.reg.Host() + "/team-a/app:v1"}},
-		{Id: sideLoaded, RepoTags: []string{"registry.example/side/loaded:1"}},
-	}})
+	endpoint := "unix://" + critest.Serve(t, critest.NewImageService(
+		&runtimeapi.Image{Id: w.pushed.ConfigDigest, RepoTags: []string{w.reg.Host() + "/team-a/app:v1"}},
+		&runtimeapi.Image{Id: sideLoaded, RepoTags: []string{"registry.example/side/loaded:1"}},
+	))
 
 	res = pullguard(t, "records", "--root-dir", root, "--runtime", endpoint, "-o", "json")
 	require.Equal(t, 0, res.code, res.stderr)

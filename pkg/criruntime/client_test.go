@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/pullguard/pullguard/internal/critest"
 	"github.com/pullguard/pullguard/internal/kubeletcri"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 )
@@ -96,7 +97,7 @@ func (s *scriptedImageServer) ImageFsInfo(ctx context.Context, req *runtimeapi.I
 func TestRemoteMatchesCRIClient(t *testing.T) {
 	fake := &scriptedImageServer{}
 	fake.set(&runtimeapi.ImageFsInfoResponse{}, nil, false) // the connection checks
-	socket := serveFakeCRI(t, fake)
+	socket := critest.Serve(t, fake)
 	ctx := context.Background()
 	const timeout = time.Second
 	lib, err := kubeletcri.New(ctx, socket, timeout)
@@ -223,7 +224,7 @@ func TestRemoteMatchesCRIClient(t *testing.T) {
 func TestRemoteLogsNothing(t *testing.T) {
 	fake := &scriptedImageServer{}
 	fake.set(&runtimeapi.ImageFsInfoResponse{}, nil, false)
-	socket := serveFakeCRI(t, fake)
+	socket := critest.Serve(t, fake)
 	const password = "s3cr3t-echoed"
 	echoed := grpcstatus.Error(codes.Unknown, "failed to pull: 401 Unauthorized: {\"echo\":\"Basic YWxpY2U6"+password+"\"}")
 	for _, tc := range []struct {

@@ -2,91 +2,22 @@ package criruntime_test
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullguard/pullguard/internal/critest"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 )
 
-// fakeImageServer is a CRI image service holding images by name.
-type fakeImageServer struct {
-	runtimeapi.UnimplementedImageServiceServer
-
-	mu       sync.Mutex
-	images   map[string]*runtimeapi.Image
-	lastAuth *runtimeapi.AuthConfig
-}
-
-func (f *fakeImageServer) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	resp := &runtimeapi.ListImagesResponse{}
-	for _, img := range f.images {
-		resp.Images = append(resp.Images, img)
-	}
-	return resp, nil
-}
-
-func (f *fakeImageServer) ImageStatus(_ context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return &runtimeapi.ImageStatusResponse{Image: f.images[req.GetImage().GetImage()]}, nil
-}
-
-func (f *fakeImageServer) PullImage(_ context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.lastAuth = req.GetAuth()
-	if req.GetAuth().GetPassword() != "good" {
-		return nil, grpcstatus.Error(codes.Unknown, "failed to pull and unpack image: 401 Unauthorized")
-	}
-	name := req.GetImage().GetImage()
-	f.images[name] = &runtimeapi.Image{Id: "sha256:" + zeros, RepoTags: []string{name}, Size: 1}
-	return &runtimeapi.PullImageResponse{ImageRef: "sha256:" + zeros}, nil
-}
-
-func (f *fakeImageServer) RemoveImage(_ context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.images, req.GetImage().GetImage())
-	return &runtimeapi.RemoveImageResponse{}, nil
-}
-
-func (f *fakeImageServer) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
-	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{{UsedBytes: &runtimeapi.UInt64Value{Value: 42}}}}, nil
-}
-
-// serveFakeCRI starts fake on a unix socket in a temp dir and returns the
-// socket path.
-func serveFakeCRI(t *testing.T, fake runtimeapi.ImageServiceServer) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "cri") // short: unix socket paths are limited to 108 bytes
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	socket := filepath.Join(dir, "cri.sock")
-	lis, err := net.Listen("unix", socket)
-	require.NoError(t, err)
-	srv := grpc.NewServer()
-	runtimeapi.RegisterImageServiceServer(srv, fake)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	return socket
-}
-
 func TestRemote(t *testing.T) {
-	fake := &fakeImageServer{images: map[string]*runtimeapi.Image{}}
-	socket := serveFakeCRI(t, fake)
+	fake := critest.NewImageService()
+	fake.Password, fake.ID, fake.UsedBytes = "good", "sha256:"+zeros, 42
+	socket := critest.Serve(t, fake)
 	ctx := context.Background()
 
 	for _, endpoint := range []string{"unix://" + socket, socket} {
@@ -102,9 +33,7 @@ func TestRemote(t *testing.T) {
 			ref, err := svc.PullImage(ctx, spec("registry.example/team-a/app:v1"), basic("alice", "good"), nil)
 			require.NoError(t, err)
 			assert.Equal(t, "sha256:"+zeros, ref)
-			fake.mu.Lock()
-			assert.Equal(t, "alice", fake.lastAuth.GetUsername(), "the auth config reaches the runtime")
-			fake.mu.Unlock()
+			assert.Equal(t, "alice", fake.LastAuth().GetUsername(), "the auth config reaches the runtime")
 
 			st, err := svc.ImageStatus(ctx, spec("registry.example/team-a/app:v1"), false)
 			require.NoError(t, err)
