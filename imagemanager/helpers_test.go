@@ -16,6 +16,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 	"github.com/pullguard/pullguard/internal/pulltest"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
@@ -32,7 +33,7 @@ var passwords = map[string]string{"alice": "alice-pw-5b1e", "carol": "carol-pw-7
 
 type env struct {
 	t     *testing.T
-	rt    *fakeRuntime
+	rt    *fakeruntime.Runtime
 	tr    credtracker.Tracker
 	rec   *record.FakeRecorder
 	clock *clocktesting.FakeClock
@@ -41,13 +42,13 @@ type env struct {
 
 func newEnv(t *testing.T, gateOn bool, opts ...imagemanager.Option) *env {
 	t.Helper()
-	e := &env{t: t, rt: newFakeRuntime(), rec: record.NewFakeRecorder(1000), clock: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))}
+	e := &env{t: t, rt: &fakeruntime.Runtime{}, rec: record.NewFakeRecorder(1000), clock: clocktesting.NewFakeClock(time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC))}
 	for u, p := range passwords {
-		e.rt.users[u] = p
+		e.rt.AddUser(u, p)
 	}
 	// team-a/app: alice and carol may read it; public/tool: anyone.
-	e.rt.serve(privImage, refPriv, "alice", "carol")
-	e.rt.serve(pubImage, refPub)
+	e.rt.Serve(privImage, refPriv, "alice", "carol")
+	e.rt.Serve(pubImage, refPub)
 	if gateOn {
 		tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(e.rt), credtracker.WithClock(e.clock))
 		require.NoError(t, err)

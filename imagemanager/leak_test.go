@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -20,14 +21,12 @@ import (
 	"github.com/pullguard/pullguard/internal/leak"
 )
 
-// echoRuntime is a runtime whose pull errors quote what a registry echoed
-// of the credentials, in every encoding (containerd passes a registry's
-// error text through).
-type echoRuntime struct{ *fakeRuntime }
-
-func (r echoRuntime) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
+// echoCredentials makes a pull fail with what a registry echoed of its
+// credentials, in every encoding (containerd passes a registry's error
+// text through).
+func echoCredentials(_ context.Context, _ *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig) error {
 	if auth == nil {
-		return "", fmt.Errorf("failed to pull %q: 401 Unauthorized", spec.Image)
+		return errors.New("401 Unauthorized")
 	}
 	pw := auth.Password
 	if pw == "" {
@@ -35,8 +34,8 @@ func (r echoRuntime) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, au
 		_, pw, _ = strings.Cut(string(b), ":")
 	}
 	j, _ := json.Marshal(pw)
-	return "", fmt.Errorf("failed to pull and unpack image %q: unexpected status from GET request: 403 Forbidden: denied: pass=%s basic=%s json=%s url=%s",
-		spec.Image, pw, base64.StdEncoding.EncodeToString([]byte(auth.Username+":"+pw)), j, url.QueryEscape(pw))
+	return fmt.Errorf("unexpected status from GET request: 403 Forbidden: denied: pass=%s basic=%s json=%s url=%s",
+		pw, base64.StdEncoding.EncodeToString([]byte(auth.Username+":"+pw)), j, url.QueryEscape(pw))
 }
 
 // TestRuntimeErrorsEchoingCredentialsLeakNothing: events, the returned
@@ -51,9 +50,9 @@ func TestRuntimeErrorsEchoingCredentialsLeakNothing(t *testing.T) {
 		logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 10})
 	e := newEnv(t, true, imagemanager.WithLogger(logger))
-	rt := echoRuntime{e.rt}
+	e.rt.Hold = echoCredentials
 	var err error
-	e.m, err = imagemanager.New(rt, e.tr, e.rec, imagemanager.WithLogger(logger), imagemanager.WithClock(e.clock))
+	e.m, err = imagemanager.New(e.rt, e.tr, e.rec, imagemanager.WithLogger(logger), imagemanager.WithClock(e.clock))
 	require.NoError(t, err)
 
 	res, err := e.ensure(pod("team-a", "app", "regcred", "other"), privImage, corev1.PullIfNotPresent,

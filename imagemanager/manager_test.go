@@ -13,6 +13,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/imagemanager"
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 	"github.com/pullguard/pullguard/pkg/keyring"
 )
 
@@ -33,13 +34,13 @@ func TestEnsureImageExists(t *testing.T) {
 		wantErr    error
 		wantRef    string
 		wantPulled bool
-		wantPulls  []pullCall // PullImage calls made by the request under test
-		wantEvents []event    // events of the request under test, in order
+		wantPulls  []fakeruntime.Pull // PullImage calls made by the request under test
+		wantEvents []event            // events of the request under test, in order
 	}{
 		{
 			name: "absent, IfNotPresent: pull with the pod's secret", gateOn: true,
 			pod: pod("team-a", "p1", "regcred"), image: privImage, policy: corev1.PullIfNotPresent, secrets: []*corev1.Secret{secretA},
-			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "alice"}},
+			wantRef: refPriv, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", `Pulling image "registry.example/team-a/app:v1"`}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
@@ -65,14 +66,14 @@ func TestEnsureImageExists(t *testing.T) {
 			name: "tenant B without credentials is refused by the registry", gateOn: true,
 			setup: func(e *env) { e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent, secretA) },
 			pod:   pod("team-b", "p1"), image: privImage, policy: corev1.PullIfNotPresent,
-			wantErr: imagemanager.ErrImagePull, wantPulled: true, wantPulls: []pullCall{{privImage, ""}},
+			wantErr: imagemanager.ErrImagePull, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: ""}},
 			wantEvents: []event{{"Normal", "Pulling", "Pulling image"}, {"Warning", "Failed", `Failed to pull image "registry.example/team-a/app:v1": failed to pull and unpack image`}},
 		},
 		{
 			name: "tenant B with its own secret for another repository is refused", gateOn: true,
 			setup: func(e *env) { e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent, secretA) },
 			pod:   pod("team-b", "p1", "regcred"), image: privImage, policy: corev1.PullIfNotPresent, secrets: []*corev1.Secret{secretB},
-			wantErr: imagemanager.ErrImagePull, wantPulled: true, wantPulls: []pullCall{{privImage, "bob"}},
+			wantErr: imagemanager.ErrImagePull, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "bob"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Warning", "Failed", "401 Unauthorized"}},
 		},
 		{
@@ -85,7 +86,7 @@ func TestEnsureImageExists(t *testing.T) {
 			name: "tenant C with its own valid credentials is verified by one pull", gateOn: true,
 			setup: func(e *env) { e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent, secretA) },
 			pod:   pod("team-c", "p1", "regcred"), image: privImage, policy: corev1.PullIfNotPresent, secrets: []*corev1.Secret{secretC},
-			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "carol"}},
+			wantRef: refPriv, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "carol"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
@@ -110,18 +111,18 @@ func TestEnsureImageExists(t *testing.T) {
 			name: "Always pulls even for the pod that pulled it", gateOn: true,
 			setup: func(e *env) { e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent, secretA) },
 			pod:   pod("team-a", "p2", "regcred"), image: privImage, policy: corev1.PullAlways, secrets: []*corev1.Secret{secretA},
-			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "alice"}},
+			wantRef: refPriv, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
 			name: "gate off: Always pulls", gateOn: false,
 			pod: pod("team-a", "p2", "regcred"), image: privImage, policy: corev1.PullAlways, secrets: []*corev1.Secret{secretA},
-			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "alice"}},
+			wantRef: refPriv, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
 			name: "a preloaded image is free under the default policy", gateOn: true,
-			setup: func(e *env) { e.rt.preload(privImage, refPriv) },
+			setup: func(e *env) { e.rt.Add(&runtimeapi.Image{Id: refPriv, RepoTags: []string{privImage}, Size: 1234}) },
 			pod:   pod("team-b", "p1"), image: privImage, policy: corev1.PullNever,
 			wantRef: refPriv, wantEvents: []event{{"Normal", "Pulled", "already present on machine and can be accessed by the pod"}},
 		},
@@ -135,7 +136,7 @@ func TestEnsureImageExists(t *testing.T) {
 			name: "credentials are tried in order until one succeeds", gateOn: true,
 			pod: pod("team-a", "p1", "bobs", "alices"), image: privImage, policy: corev1.PullIfNotPresent,
 			secrets: []*corev1.Secret{secret("team-a", "bobs", "bob"), secret("team-a", "alices", "alice")},
-			wantRef: refPriv, wantPulled: true, wantPulls: []pullCall{{privImage, "bob"}, {privImage, "alice"}},
+			wantRef: refPriv, wantPulled: true, wantPulls: []fakeruntime.Pull{{Image: privImage, User: "bob"}, {Image: privImage, User: "alice"}},
 			wantEvents: []event{{"Normal", "Pulling", ""}, {"Normal", "Pulled", "Successfully pulled image"}},
 		},
 		{
@@ -145,7 +146,7 @@ func TestEnsureImageExists(t *testing.T) {
 		},
 		{
 			name: "the runtime cannot inspect", gateOn: true,
-			setup: func(e *env) { e.rt.statErr = assert.AnError },
+			setup: func(e *env) { e.rt.FailStatus(assert.AnError) },
 			pod:   pod("team-a", "p1"), image: privImage, policy: corev1.PullIfNotPresent,
 			wantErr: imagemanager.ErrImageInspect, wantEvents: []event{{"Warning", "InspectFailed", `Failed to inspect image "registry.example/team-a/app:v1"`}},
 		},
@@ -157,7 +158,7 @@ func TestEnsureImageExists(t *testing.T) {
 				tt.setup(e)
 			}
 			e.events()
-			before := len(e.rt.pullCalls())
+			before := len(e.rt.Pulls())
 
 			res, err := e.ensure(tt.pod, tt.image, tt.policy, tt.secrets...)
 			if tt.wantErr != nil {
@@ -167,7 +168,7 @@ func TestEnsureImageExists(t *testing.T) {
 			}
 			assert.Equal(t, tt.wantRef, res.ImageRef)
 			assert.Equal(t, tt.wantPulled, res.Pulled)
-			gotPulls := e.rt.pullCalls()[before:]
+			gotPulls := e.rt.Pulls()[before:]
 			if len(gotPulls) == 0 {
 				gotPulls = nil
 			}
@@ -216,7 +217,7 @@ func TestNodeCredentialsMakeTheImageNodeAccessible(t *testing.T) {
 
 	_, err = e.ensure(pod("team-a", "p1"), privImage, corev1.PullIfNotPresent)
 	require.NoError(t, err)
-	assert.Equal(t, []pullCall{{privImage, "alice"}}, e.rt.pullCalls())
+	assert.Equal(t, []fakeruntime.Pull{{Image: privImage, User: "alice"}}, e.rt.Pulls())
 	rr := e.tr.Records()[0].Repositories["registry.example/team-a/app"]
 	assert.True(t, rr.NodeAccessible, "node credentials are every pod's")
 	_, err = e.ensure(pod("team-b", "p1"), privImage, corev1.PullNever)
@@ -260,16 +261,15 @@ func TestIntentResolvedOnFailureAndCancellation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true)
-			e.rt.started = make(chan string, 1)
-			e.rt.release = make(chan struct{})
-			e.rt.storeFirst = tt.storeFirst
+			started := make(chan string, 1)
+			e.rt.Hold, e.rt.StoreFirst = held(started, make(chan struct{})), tt.storeFirst
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error)
 			go func() {
 				_, err := e.m.EnsureImageExists(ctx, imagemanager.Request{Pod: pod("team-a", "p1"), Image: privImage, PullPolicy: corev1.PullIfNotPresent, PullSecrets: []*corev1.Secret{secret("team-a", "regcred", "alice")}})
 				done <- err
 			}()
-			<-e.rt.started
+			<-started
 			assert.Equal(t, 1, e.tr.Status().Intents, "the intent is durable while the pull runs")
 			cancel()
 			assert.ErrorIs(t, <-done, imagemanager.ErrImagePull)
@@ -303,7 +303,7 @@ func TestBackOff(t *testing.T) {
 	// the previous failure.
 	assert.Equal(t, []event{{"Normal", "BackOff", `Back-off pulling image "registry.example/team-a/app:v1"`}}, e.events())
 	assert.True(t, strings.HasPrefix(res.Message, `Back-off pulling image "registry.example/team-a/app:v1": ErrImagePull: `), res.Message)
-	assert.Len(t, e.rt.pullCalls(), 1, "no registry contact while backing off")
+	assert.Len(t, e.rt.Pulls(), 1, "no registry contact while backing off")
 
 	// Another pod is not held back by this one's failures.
 	_, err = e.ensure(pod("team-b", "p2"), privImage, corev1.PullIfNotPresent)
@@ -329,7 +329,7 @@ func TestRegistryQPS(t *testing.T) {
 	e.clock.Step(time.Second)
 	_, err = e.ensure(pod("team-a", "p3"), pubImage, corev1.PullAlways)
 	require.NoError(t, err)
-	assert.Len(t, e.rt.pullCalls(), 2)
+	assert.Len(t, e.rt.Pulls(), 2)
 }
 
 func TestParallelPullLimits(t *testing.T) {
@@ -346,8 +346,8 @@ func TestParallelPullLimits(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t, true, append(tt.opts, imagemanager.WithRegistryQPS(0, 0))...)
-			e.rt.started = make(chan string, tt.pulls)
-			e.rt.release = make(chan struct{})
+			started, release := make(chan string, tt.pulls), make(chan struct{})
+			e.rt.Hold = held(started, release)
 			done := make(chan error, tt.pulls)
 			for i := range tt.pulls {
 				go func() {
@@ -358,19 +358,19 @@ func TestParallelPullLimits(t *testing.T) {
 			// Wait until wantMax pulls run at once, then let them finish
 			// one by one: each release admits at most one more.
 			for range tt.wantMax {
-				<-e.rt.started
+				<-started
 			}
 			for range tt.pulls - tt.wantMax {
-				e.rt.release <- struct{}{}
-				<-e.rt.started
+				release <- struct{}{}
+				<-started
 			}
 			for range tt.wantMax {
-				e.rt.release <- struct{}{}
+				release <- struct{}{}
 			}
 			for range tt.pulls {
 				require.NoError(t, <-done)
 			}
-			assert.Equal(t, tt.wantMax, e.rt.maxSeen)
+			assert.Equal(t, tt.wantMax, e.rt.MaxInFlight())
 		})
 	}
 }
@@ -392,7 +392,7 @@ func TestRemoveImagePrunesRecords(t *testing.T) {
 
 func TestDefaultTag(t *testing.T) {
 	e := newEnv(t, true)
-	e.rt.serve("registry.example/public/tool:latest", refPub)
+	e.rt.Serve("registry.example/public/tool:latest", refPub)
 	res, err := e.ensure(pod("a", "p"), "registry.example/public/tool", corev1.PullAlways)
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(res.Message, `"registry.example/public/tool:latest"`), res.Message)
@@ -400,10 +400,10 @@ func TestDefaultTag(t *testing.T) {
 
 // repoDigestRuntime returns a repo digest from PullImage, as some runtimes
 // do, while ImageStatus reports the image ID.
-type repoDigestRuntime struct{ *fakeRuntime }
+type repoDigestRuntime struct{ *fakeruntime.Runtime }
 
 func (r repoDigestRuntime) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, sb *runtimeapi.PodSandboxConfig) (string, error) {
-	if _, err := r.fakeRuntime.PullImage(ctx, spec, auth, sb); err != nil {
+	if _, err := r.Runtime.PullImage(ctx, spec, auth, sb); err != nil {
 		return "", err
 	}
 	return "registry.example/team-a/app@sha256:9999999999999999999999999999999999999999999999999999999999999999", nil
@@ -420,4 +420,18 @@ func TestRecordKeyedByImageID(t *testing.T) {
 	assert.Equal(t, refPriv, e.tr.Records()[0].ImageRef)
 	_, err = e.ensure(pod("team-b", "p1"), privImage, corev1.PullNever)
 	assert.ErrorIs(t, err, imagemanager.ErrImageNeverPull, "the record is found: the image is protected")
+}
+
+// held is a pull that waits, once the registry answered: it says so on
+// started, then waits for a token on release or for its caller to give up.
+func held(started chan<- string, release <-chan struct{}) func(context.Context, *runtimeapi.ImageSpec, *runtimeapi.AuthConfig) error {
+	return func(ctx context.Context, spec *runtimeapi.ImageSpec, _ *runtimeapi.AuthConfig) error {
+		started <- spec.GetImage()
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

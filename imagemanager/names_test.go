@@ -47,7 +47,7 @@ func TestImageNamesAsTheKubelet(t *testing.T) {
 			assert.Equal(t, event{corev1.EventTypeWarning, imagemanager.ReasonInspectFailed, evs[0].Message}, evs[0])
 			assert.Contains(t, evs[0].Message, tt.wantMsg)
 			assert.Equal(t, evs[0].Message, res.Message)
-			assert.Empty(t, e.rt.pullCalls(), "an invalid name never reaches the runtime")
+			assert.Empty(t, e.rt.Pulls(), "an invalid name never reaches the runtime")
 		})
 	}
 }

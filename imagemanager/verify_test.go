@@ -53,9 +53,8 @@ func TestManifestVerification(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			v := &verifierCalls{err: tt.verifierErr}
 			e := newEnv(t, true, imagemanager.WithManifestVerification(guardedpull.VerifierFunc(v.verify)))
-			e.rt.serve(digestRef+":x", refPub) // the fake keys by name with a tag
-			e.rt.refs[digestRef] = refPub
-			e.rt.repoDigests = tt.repoDigests
+			e.rt.Serve(digestRef, refPub)
+			e.rt.RepoDigests = tt.repoDigests
 
 			res, err := e.ensure(pod("team-b", "app"), tt.image, corev1.PullIfNotPresent)
 

@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
@@ -42,7 +43,7 @@ type Outcome struct {
 
 // Env is what a front end is built on for one case.
 type Env struct {
-	Runtime  *Runtime
+	Runtime  *fakeruntime.Runtime
 	Tracker  credtracker.Enabled
 	Verifier guardedpull.Verifier
 	// IfNotPresent: the front end pulls as the kubelet does for an
@@ -135,13 +136,13 @@ func Run(t *testing.T, fe FrontEnd) {
 			ctx := newEndable()
 			rt := newRuntime(tc.Runtime, ctx.end)
 			if tc.Preloaded {
-				rt.preload()
+				preload(rt)
 			}
 			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(rt))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tr.Close() })
 			if tc.Hidden {
-				rt.preload()
+				preload(rt)
 				imp, ok := tr.(credtracker.Importer)
 				require.True(t, ok, "the tracker imports pulls")
 				require.NoError(t, imp.Import([]credtracker.ImportedPull{{Image: Image, ImageRef: ID}}, nil, ""))
@@ -154,7 +155,7 @@ func Run(t *testing.T, fe FrontEnd) {
 			if tc.Answered {
 				wantPulls = 0
 			}
-			assert.Equal(t, wantPulls, rt.pulls(), "the runtime's pulls")
+			assert.Len(t, rt.Pulls(), wantPulls, "the runtime's pulls")
 
 			assert.Equal(t, tc.Want, out.Class, out.Message)
 			for _, s := range tc.Says {
@@ -166,7 +167,7 @@ func Run(t *testing.T, fe FrontEnd) {
 			}
 			assert.Equal(t, tc.Intents, tr.Status().Intents, "unresolved intents")
 			assertRecord(t, tr, tc.Record)
-			id := rt.id(Image)
+			id := rt.Find(Image).GetId()
 			d := tr.Decide(credtracker.Request{Image: Image, PullPolicy: corev1.PullNever, ImageRef: id, Names: []string{Image}})
 			assert.Equal(t, tc.Free, id != "" && d.Action == credtracker.UseImage, "a Never pod with no credential: %s %s", d.Action, d.Reason)
 		})

@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
-	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 )
 
 // The image of every case and the one credential allowed to pull it.
@@ -26,6 +26,12 @@ const (
 
 // manifest is the bytes the honest registry serves for Image.
 var manifest = []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"digest":"` + ID + `"}}`)
+
+// repoDigest is Image's repo digest: its manifest's digest in Repo.
+func repoDigest() string {
+	sum := sha256.Sum256(manifest)
+	return Repo + "@sha256:" + hex.EncodeToString(sum[:])
+}
 
 // Behaviour is what the fake runtime's PullImage does.
 type Behaviour int
@@ -51,125 +57,40 @@ const (
 	Echo
 )
 
-// Runtime is a CRI image service in front of a model registry that
-// serves Image to User only. It is safe for concurrent use.
-type Runtime struct {
-	mu     sync.Mutex
-	images map[string]*runtimeapi.Image // by ID
-	does   Behaviour
-	end    func(error) // ends the caller's context
-	pulled int         // PullImage calls
-}
-
-// pulls is how many times PullImage was called.
-func (r *Runtime) pulls() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pulled
-}
-
-var _ criapi.ImageManagerService = (*Runtime)(nil)
-
-func newRuntime(does Behaviour, end func(error)) *Runtime {
-	return &Runtime{images: map[string]*runtimeapi.Image{}, does: does, end: end}
-}
-
-// preload puts Image in the runtime without a pull, as a side-load does.
-func (r *Runtime) preload() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.images[ID] = image()
-}
-
-func image() *runtimeapi.Image {
-	sum := sha256.Sum256(manifest)
-	return &runtimeapi.Image{Id: ID, RepoTags: []string{Image}, RepoDigests: []string{Repo + "@sha256:" + hex.EncodeToString(sum[:])}, Size: 4096}
-}
-
-// id is the ID of the image under name, "" if none.
-func (r *Runtime) id(name string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.find(name).GetId()
-}
-
-func (r *Runtime) find(name string) *runtimeapi.Image {
-	if img, ok := r.images[name]; ok {
-		return img
+// newRuntime is a runtime in front of a registry that serves Image to User
+// only, whose pulls do what does says; end ends the caller's context.
+func newRuntime(does Behaviour, end func(error)) *fakeruntime.Runtime {
+	rt := &fakeruntime.Runtime{RepoDigests: []string{repoDigest()}}
+	rt.AddUser(User, Password)
+	rt.Serve(Image, ID, User)
+	switch does {
+	case Refuse:
+		rt.Serve(Image, ID, "nobody") // a user with no account: every credential is refused
+	case StoreThenCancel, StoreThenDeadline, StoreThenFail:
+		rt.StoreFirst = true
 	}
-	for _, img := range r.images {
-		for _, tag := range img.RepoTags {
-			if tag == name {
-				return img
-			}
+	ends := map[Behaviour]error{CancelBeforeStore: context.Canceled, StoreThenCancel: context.Canceled, StoreThenDeadline: context.DeadlineExceeded}
+	switch {
+	case ends[does] != nil:
+		rt.Hold = func(context.Context, *runtimeapi.ImageSpec, *runtimeapi.AuthConfig) error {
+			end(ends[does])
+			return ends[does]
+		}
+	case does == StoreThenFail:
+		rt.Hold = func(context.Context, *runtimeapi.ImageSpec, *runtimeapi.AuthConfig) error {
+			return fmt.Errorf("failed to update image labels: %w", errors.New("database is locked"))
+		}
+	case does == Echo:
+		rt.Hold = func(_ context.Context, _ *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig) error {
+			pw, _ := json.Marshal(auth.GetPassword())
+			return fmt.Errorf("unexpected status from GET request: 401 Unauthorized: denied: sent Authorization: Basic %s, password=%s, json=%s",
+				base64.StdEncoding.EncodeToString([]byte(auth.GetUsername()+":"+auth.GetPassword())), auth.GetPassword(), pw)
 		}
 	}
-	return nil
+	return rt
 }
 
-func (r *Runtime) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
-	r.mu.Lock()
-	r.pulled++
-	r.mu.Unlock()
-	name := spec.GetImage()
-	pulling := fmt.Sprintf("failed to pull and unpack image %q", name)
-	switch r.does {
-	case Refuse:
-		return "", fmt.Errorf("%s: failed to resolve reference %q: pulling from host %s failed with status code [manifests v1]: 401 Unauthorized", pulling, name, Host)
-	case Echo:
-		pw, _ := json.Marshal(auth.GetPassword())
-		return "", fmt.Errorf("%s: unexpected status from GET request: 401 Unauthorized: denied: sent Authorization: Basic %s, password=%s, json=%s", pulling,
-			base64.StdEncoding.EncodeToString([]byte(auth.GetUsername()+":"+auth.GetPassword())), auth.GetPassword(), pw)
-	case CancelBeforeStore:
-		r.end(context.Canceled)
-		return "", fmt.Errorf("%s: %w", pulling, context.Canceled)
-	}
-	if auth.GetUsername() != User || auth.GetPassword() != Password {
-		return "", fmt.Errorf("%s: 401 Unauthorized", pulling)
-	}
-	r.mu.Lock()
-	r.images[ID] = image()
-	r.mu.Unlock()
-	switch r.does {
-	case StoreThenCancel:
-		r.end(context.Canceled)
-		return "", fmt.Errorf("%s: %w", pulling, context.Canceled)
-	case StoreThenDeadline:
-		r.end(context.DeadlineExceeded)
-		return "", fmt.Errorf("%s: %w", pulling, context.DeadlineExceeded)
-	case StoreThenFail:
-		return "", fmt.Errorf("%s: failed to update image labels: %w", pulling, errors.New("database is locked"))
-	}
-	return ID, nil
+// preload puts Image in rt without a pull, as a side-load does.
+func preload(rt *fakeruntime.Runtime) {
+	rt.Add(&runtimeapi.Image{Id: ID, RepoTags: []string{Image}, RepoDigests: []string{repoDigest()}, Size: 4096})
 }
-
-func (r *Runtime) ImageStatus(_ context.Context, spec *runtimeapi.ImageSpec, _ bool) (*runtimeapi.ImageStatusResponse, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return &runtimeapi.ImageStatusResponse{Image: r.find(spec.GetImage())}, nil
-}
-
-func (r *Runtime) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []*runtimeapi.Image
-	for _, img := range r.images {
-		out = append(out, img)
-	}
-	return out, nil
-}
-
-func (r *Runtime) RemoveImage(_ context.Context, spec *runtimeapi.ImageSpec) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if img := r.find(spec.GetImage()); img != nil {
-		delete(r.images, img.Id)
-	}
-	return nil
-}
-
-func (r *Runtime) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-	return &runtimeapi.ImageFsInfoResponse{}, nil
-}
-
-func (r *Runtime) Close(context.Context) error { return nil }

@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 )
@@ -39,10 +40,12 @@ func TestKubeletGivesUpDuringVerification(t *testing.T) {
 		{name: "the present image's check", present: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := &claimTrustingBackend{images: map[string]*runtimeapi.Image{id: {Id: id, Size: 512, RepoDigests: []string{repoDigest}}}}
+			img := &runtimeapi.Image{Id: id, Size: 512, RepoDigests: []string{repoDigest}}
 			if tc.present {
-				b.images[id].RepoTags = []string{image}
+				img.RepoTags = []string{image}
 			}
+			b := &fakeruntime.ClaimTrusting{}
+			b.Add(img)
 			tr, err := credtracker.New(context.Background(), credtracker.Config{Dir: t.TempDir()}, guardedpull.Inventory(b))
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tr.Close() })

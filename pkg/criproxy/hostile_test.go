@@ -74,12 +74,12 @@ func (e *verifyEnv) withHostileImage(t *testing.T, host string, present bool) st
 	const id = "sha256:00000000000000000000000000000000000000000000000000000000000000cd"
 	image := host + "/evil/app:v1"
 	img := &runtimeapi.Image{Id: id, Size: 1, RepoDigests: []string{"registry.example/elsewhere/app@" + hostileDigest}}
-	e.backend.mu.Lock()
-	e.backend.images[id] = img
-	e.backend.mu.Unlock()
 	if present {
 		img.RepoTags = []string{image}
 		img.RepoDigests = append(img.RepoDigests, host+"/evil/app@"+hostileDigest)
+	}
+	e.backend.Add(img)
+	if present {
 		auth := credential.AuthConfig{Username: "alice", Password: verifyPasswords["alice"]}
 		require.NoError(t, e.tracker.RecordPullIntent(image))
 		require.NoError(t, e.tracker.RecordImagePulled(image, id, credential.Credential{Registry: host, Auth: auth, Hash: e.tracker.Hasher().Hash(host, auth),
@@ -121,7 +121,7 @@ func (e *verifyEnv) assertNothingGained(t *testing.T, image string, present bool
 		"kubernetes.io/config.source": "api", "kubernetes.io/config.seen": time.Unix(1_800_000_000, n).UTC().Format(time.RFC3339Nano)}}})
 	require.NoError(t, err)
 	assert.Nil(t, st.GetImage(), "a new pod's presence check reports the image absent")
-	img := e.backend.find(image)
+	img := e.backend.Find(image)
 	require.NotNil(t, img, "the runtime holds the name")
 	d := e.tracker.Decide(credtracker.Request{Image: image, PullPolicy: corev1.PullNever, ImageRef: img.GetId(), Names: criruntime.ImageNames(img)})
 	assert.Equal(t, credtracker.FailNeverPull, d.Action, "a Never pod with nothing to show: %s", d.Reason)

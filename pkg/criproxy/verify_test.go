@@ -6,23 +6,18 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/crypto/bcrypt"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	criapi "k8s.io/cri-api/pkg/apis"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/internal/fakeruntime"
 	"github.com/pullguard/pullguard/internal/hostile"
 	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/criproxy"
@@ -31,105 +26,13 @@ import (
 	"github.com/pullguard/pullguard/pkg/registry"
 )
 
-// claimTrustingBackend "pulls" as containerd 1.6 resolves a reference: a
-// HEAD of the manifest with the pull's credential, and when the
-// Docker-Content-Digest of the answer names content it holds, it names
-// that content under the pulled reference without fetching a byte. It
-// holds only what the test gives it and downloads nothing.
-type claimTrustingBackend struct {
-	mu     sync.Mutex
-	images map[string]*runtimeapi.Image // by ID
-	pulls  int                          // PullImage calls
-}
-
-// pulled is how many times PullImage was called.
-func (b *claimTrustingBackend) pulled() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.pulls
-}
-
-var _ criapi.ImageManagerService = (*claimTrustingBackend)(nil)
-
-func (b *claimTrustingBackend) find(image string) *runtimeapi.Image {
-	if img, ok := b.images[image]; ok {
-		return img
-	}
-	for _, img := range b.images {
-		for _, n := range criruntime.ImageNames(img) {
-			if n == image {
-				return img
-			}
-		}
-	}
-	return nil
-}
-
-func (b *claimTrustingBackend) ImageStatus(_ context.Context, spec *runtimeapi.ImageSpec, _ bool) (*runtimeapi.ImageStatusResponse, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return &runtimeapi.ImageStatusResponse{Image: b.find(spec.GetImage())}, nil
-}
-
-func (b *claimTrustingBackend) ListImages(context.Context, *runtimeapi.ImageFilter) ([]*runtimeapi.Image, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []*runtimeapi.Image
-	for _, img := range b.images {
-		out = append(out, img)
-	}
-	return out, nil
-}
-
-func (b *claimTrustingBackend) PullImage(ctx context.Context, spec *runtimeapi.ImageSpec, auth *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
-	b.mu.Lock()
-	b.pulls++
-	b.mu.Unlock()
-	ref, err := name.ParseReference(spec.GetImage(), name.Insecure)
-	if err != nil {
-		return "", status.Errorf(codes.InvalidArgument, "bad image %q", spec.GetImage())
-	}
-	var a authn.Authenticator = authn.Anonymous
-	if auth != nil {
-		a = authn.FromConfig(authn.AuthConfig{Username: auth.GetUsername(), Password: auth.GetPassword(), Auth: auth.GetAuth()})
-	}
-	desc, err := remote.Head(ref, remote.WithAuth(a), remote.WithContext(ctx))
-	if err != nil {
-		return "", status.Errorf(codes.Unknown, "failed to pull and unpack image %q: failed to resolve reference: %v", spec.GetImage(), err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, img := range b.images {
-		for _, rd := range img.RepoDigests {
-			if strings.HasSuffix(rd, "@"+desc.Digest.String()) {
-				if rd := ref.Context().Name() + "@" + desc.Digest.String(); !contains(img.RepoDigests, rd) {
-					img.RepoDigests = append(img.RepoDigests, rd)
-				}
-				if !contains(img.RepoTags, spec.GetImage()) {
-					img.RepoTags = append(img.RepoTags, spec.GetImage())
-				}
-				return img.Id, nil
-			}
-		}
-	}
-	return "", status.Errorf(codes.Unknown, "failed to pull %q: this test backend only names content it holds", spec.GetImage())
-}
-
-func (b *claimTrustingBackend) RemoveImage(context.Context, *runtimeapi.ImageSpec) error { return nil }
-
-func (b *claimTrustingBackend) ImageFsInfo(context.Context) (*runtimeapi.ImageFsInfoResponse, error) {
-	return &runtimeapi.ImageFsInfoResponse{}, nil
-}
-
-func (b *claimTrustingBackend) Close(context.Context) error { return nil }
-
 // verifyEnv is tenant A's registry and image, already on the node, and a
 // proxy in front of a backend that trusts claimed digests.
 type verifyEnv struct {
 	reg     *registry.Registry
 	pushed  registry.Pushed
 	media   string
-	backend *claimTrustingBackend
+	backend *fakeruntime.ClaimTrusting // trusts the registry's HEAD, as containerd 1.6
 	dir     string
 	tracker credtracker.Enabled
 	srv     *criproxy.Server
@@ -150,23 +53,13 @@ func newVerifyEnv(t testing.TB, verify bool) *verifyEnv {
 // pull's verifications and of each registry request.
 func newVerifyEnvTimeout(t testing.TB, verify bool, timeout time.Duration) *verifyEnv {
 	t.Helper()
-	ctx := context.Background()
-	reg, err := registry.New(registry.Config{
+	v := fakeruntime.NewVictim(t, registry.Config{
 		Users: []registry.User{{Name: "alice", Password: verifyPasswords["alice"]}, {Name: "carol", Password: verifyPasswords["carol"]},
 			{Name: "bob", Password: verifyPasswords["bob"]}},
 		Repositories: []registry.Repository{{Name: "team-a/app", Readers: []string{"alice", "carol"}}, {Name: "public/tool", Public: true}},
-	}, registry.WithBcryptCost(bcrypt.MinCost))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = reg.Close() })
-	img, err := registry.Image(7, 1, 512)
-	require.NoError(t, err)
-	pushed, err := reg.Push(ctx, "team-a/app", "v1", img)
-	require.NoError(t, err)
-	mt, err := img.MediaType()
-	require.NoError(t, err)
-	e := &verifyEnv{reg: reg, pushed: pushed, media: string(mt), dir: t.TempDir(), verify: verify, timeout: timeout, backend: &claimTrustingBackend{images: map[string]*runtimeapi.Image{
-		pushed.ConfigDigest: {Id: pushed.ConfigDigest, Size: 512, RepoTags: []string{pushed.Reference}, RepoDigests: []string{pushed.DigestReference}},
-	}}}
+	})
+	e := &verifyEnv{reg: v.Registry, pushed: v.Pushed, media: v.MediaType, dir: t.TempDir(), verify: verify, timeout: timeout, backend: v.Runtime}
+	pushed := v.Pushed
 	e.start(t)
 	// Tenant A pulls its image: the name needs A's credential from now on.
 	ref, err := e.pullAlways("team-a", pushed.Reference, basic("alice"))
@@ -377,27 +270,24 @@ func TestLegitimatePullIsVerified(t *testing.T) {
 	// bob: the registry refuses serve's GET of the present image's
 	// manifest, and that is the pull's answer, without the backend's pull
 	// (the registry would refuse its HEAD the same).
-	pulls := e.backend.pulled()
+	pulls := e.backend.Pulls()
 	_, err = e.pull(t, "team-b", e.pushed.Reference, basic("bob"))
 	require.Error(t, err)
 	assert.Equal(t, codes.Unknown, status.Code(err), "the registry's refusal, as containerd gives it: %v", err)
 	assert.Contains(t, status.Convert(err).Message(), "401 Unauthorized")
 	assert.NotContains(t, status.Convert(err).Message(), "did not serve the manifest", "the registry's answer, not the check's")
-	assert.Equal(t, pulls, e.backend.pulled(), "the backend was not asked to pull")
+	assert.Equal(t, pulls, e.backend.Pulls(), "the backend was not asked to pull")
 }
 
 // namingBackend reports every pull done and names the image it was given,
 // with no registry: a runtime whose status gives no digest to check.
 type namingBackend struct {
-	*claimTrustingBackend
+	*fakeruntime.ClaimTrusting
 	id string
 }
 
 func (b namingBackend) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, _ *runtimeapi.AuthConfig, _ *runtimeapi.PodSandboxConfig) (string, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	img := b.images[b.id]
-	img.RepoTags = append(img.RepoTags, spec.GetImage())
+	b.Name(b.id, spec.GetImage())
 	return b.id, nil
 }
 
@@ -407,7 +297,7 @@ func (b namingBackend) PullImage(_ context.Context, spec *runtimeapi.ImageSpec, 
 func TestVerifyFailsClosed(t *testing.T) {
 	e := newVerifyEnv(t, true)
 	const id = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	e.backend.images[id] = &runtimeapi.Image{Id: id, RepoDigests: []string{"registry.example/other/repo@sha256:" + strings.Repeat("a", 64)}}
+	e.backend.Add(&runtimeapi.Image{Id: id, RepoDigests: []string{"registry.example/other/repo@sha256:" + strings.Repeat("a", 64)}})
 	calls := 0
 	srv, err := criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(guardedpull.VerifierFunc(
 		func(context.Context, string, *runtimeapi.AuthConfig, []string) (string, error) {
@@ -424,7 +314,7 @@ func TestVerifyFailsClosed(t *testing.T) {
 	assert.Nil(t, resp.GetImage(), "the name needs verification")
 
 	// A digest the runtime did resolve is what the verifier must accept.
-	e.backend.images[id].RepoDigests = append(e.backend.images[id].RepoDigests, "registry.example/x/y@sha256:"+strings.Repeat("b", 64))
+	require.True(t, e.backend.Name(id, "registry.example/x/y@sha256:"+strings.Repeat("b", 64)))
 	var expected []string
 	srv, err = criproxy.New(namingBackend{e.backend, id}, e.tracker, e.tracker.Hasher(), criproxy.WithManifestVerification(guardedpull.VerifierFunc(
 		func(_ context.Context, _ string, _ *runtimeapi.AuthConfig, exp []string) (string, error) {
