@@ -57,3 +57,14 @@ func pullClass(err error, msg string) pulltest.Class {
 	}
 	return pulltest.Failed
 }
+
+// TestRemoveCases runs the removal cases the CRI proxy passes too
+// (internal/pulltest) against RemoveImage and PruneRecords, on the
+// tracker's clock (a record written after a removal was asked is kept).
+func TestRemoveCases(t *testing.T) {
+	pulltest.RunRemove(t, func(t *testing.T, env pulltest.Env) pulltest.Remover {
+		m, err := imagemanager.New(env.Runtime, env.Tracker, record.NewFakeRecorder(100), imagemanager.WithLogger(ktesting.NewLogger(t, ktesting.NewConfig())))
+		require.NoError(t, err)
+		return pulltest.Remover{Remove: m.RemoveImage, Prune: m.PruneRecords}
+	})
+}

@@ -52,3 +52,20 @@ var pullClass = map[codes.Code]pulltest.Class{
 	codes.Canceled:         pulltest.Canceled,
 	codes.DeadlineExceeded: pulltest.DeadlineExceeded,
 }
+
+// TestRemoveCases runs the removal cases the image manager passes too
+// (internal/pulltest) against RemoveImage, as the kubelet's image GC calls
+// it, and the full prune.
+func TestRemoveCases(t *testing.T) {
+	pulltest.RunRemove(t, func(t *testing.T, env pulltest.Env) pulltest.Remover {
+		srv, err := criproxy.New(env.Runtime, env.Tracker, env.Tracker.Hasher(), criproxy.WithLogger(testLogger()))
+		require.NoError(t, err)
+		return pulltest.Remover{
+			Remove: func(ctx context.Context, image string) error {
+				_, err := srv.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: image}})
+				return err
+			},
+			Prune: srv.Prune,
+		}
+	})
+}
