@@ -1,8 +1,11 @@
 // Package guardedpull holds the one pull that both of pullguard's front ends
 // (the image manager of `pullguard run` and the CRI proxy of `pullguard
 // serve`) make through a CRI image service, so that the credential tracker
-// learns every pull, whatever its outcome, and Inventory, the tracker's view
-// of a CRI image service's images.
+// learns every pull, whatever its outcome; Inventory, the tracker's view
+// of a CRI image service's images; and the one prune rule both front ends
+// apply when images go (Remove, Prune, PruneList: a record goes with its
+// image, unless it was written after the runtime was asked; ErrPrune is
+// logged, never a removal's error).
 //
 // imagemanager and pkg/criproxy pull through it, and they, pkg/podworkers
 // and cmd/pullguard list a runtime's images for the tracker with Inventory;
