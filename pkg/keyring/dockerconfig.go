@@ -2,13 +2,13 @@ package keyring
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/pullguard/pullguard/internal/dockerauth"
 	"github.com/pullguard/pullguard/pkg/credential"
 )
 
@@ -38,11 +38,13 @@ type ConfigEntry struct {
 // what the docker CLI writes when a credential store holds the secret) is
 // kept with an empty AuthConfig, as the kubelet keeps it.
 //
-// "auth" is decoded as the kubelet decodes it: base64 (padded or not) of
-// "username:password", split at the first colon, with no white space
-// around it. When present it wins: its username and password replace any
-// explicit "username" and "password", as in the kubelet and the docker
-// CLI. The raw value is kept in Auth.
+// "auth" is decoded as the kubelet decodes it (dockerauth.Kubelet): base64
+// (padded or not) of "username:password", split at the first colon, with
+// no white space around it. When present it wins: its username and
+// password replace any explicit "username" and "password", as in the
+// kubelet and the docker CLI. Auth itself is left empty, as the kubelet
+// keeps only the username and password it decodes: one account is one
+// credential, and one hash, however the entry spells it.
 //
 // Errors wrap ErrInvalidDockerConfig and never quote the data: a JSON
 // syntax error gives its byte offset, a bad "auth" names its entry key.
@@ -222,14 +224,13 @@ func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
 	auth := credential.AuthConfig{
 		Username:      raw.Username,
 		Password:      raw.Password,
-		Auth:          raw.Auth,
 		IdentityToken: jsonString(raw.IdentityToken),
 		RegistryToken: jsonString(raw.RegistryToken),
 	}
 	if raw.Auth == "" {
 		return auth, nil
 	}
-	user, pass, err := decodeAuth(raw.Auth)
+	user, pass, err := dockerauth.Decode(raw.Auth, dockerauth.Kubelet)
 	if err != nil {
 		return credential.AuthConfig{}, err
 	}
@@ -245,27 +246,6 @@ func jsonString(v json.RawMessage) string {
 		return ""
 	}
 	return s
-}
-
-// decodeAuth decodes a docker config "auth" value as the kubelet does:
-// base64, padded or not, of "username:password". White space around the
-// value is not removed, so a space or tab makes it invalid (encoding/base64
-// skips only line breaks). The password is kept as decoded. Errors never
-// include the value.
-func decodeAuth(field string) (user, pass string, err error) {
-	enc := base64.RawStdEncoding
-	if strings.HasSuffix(strings.TrimSpace(field), "=") {
-		enc = base64.StdEncoding
-	}
-	decoded, err := enc.DecodeString(field)
-	if err != nil {
-		return "", "", errors.New(`field "auth" is not valid base64`)
-	}
-	user, pass, ok := strings.Cut(string(decoded), ":")
-	if !ok {
-		return "", "", errors.New(`field "auth" does not decode to "username:password"`)
-	}
-	return user, pass, nil
 }
 
 // jsonError describes a JSON decoding error without quoting the data:

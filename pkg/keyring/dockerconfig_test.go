@@ -14,9 +14,9 @@ func TestParseDockerConfigJSONFixture(t *testing.T) {
 	got, err := keyring.ParseDockerConfigJSON(fixture(t, "config.json"))
 	require.NoError(t, err)
 	want := []keyring.ConfigEntry{
-		{Key: "https://index.docker.io/v1/", Auth: credential.AuthConfig{Username: "hubuser", Password: "pw-hub-K2m", Auth: b64("hubuser:pw-hub-K2m")}},
+		{Key: "https://index.docker.io/v1/", Auth: credential.AuthConfig{Username: "hubuser", Password: "pw-hub-K2m"}},
 		{Key: "registry.example", Auth: credential.AuthConfig{Username: "team-a", Password: "pw-team-a-Xq7"}},
-		{Key: "*.example", Auth: credential.AuthConfig{Username: "wild", Password: "pw-wild-J9p", Auth: b64("wild:pw-wild-J9p")}},
+		{Key: "*.example", Auth: credential.AuthConfig{Username: "wild", Password: "pw-wild-J9p"}},
 		{Key: "registry.example:5000/team-b", Auth: credential.AuthConfig{IdentityToken: "idtok-team-b-Zr4"}},
 		// No credential fields: kept, as the kubelet keeps it.
 		{Key: "creds-in-store.example", Auth: credential.AuthConfig{}},
@@ -33,7 +33,7 @@ func TestParseDockercfgFixture(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 2)
 	assert.Equal(t, "registry.example", got[0].Key)
-	assertSameAuth(t, credential.AuthConfig{Username: "legacy", Password: "pw-legacy-Tt1", Auth: b64("legacy:pw-legacy-Tt1")}, got[0].Auth, got[0].Key)
+	assertSameAuth(t, credential.AuthConfig{Username: "legacy", Password: "pw-legacy-Tt1"}, got[0].Auth, got[0].Key)
 	assert.Equal(t, "http://legacy.example/v2/", got[1].Key)
 	assertSameAuth(t, credential.AuthConfig{Username: "old", Password: "pw-old-Vb3"}, got[1].Auth, got[1].Key)
 }
@@ -46,22 +46,22 @@ func TestParseDockerConfigEntries(t *testing.T) {
 		want    []credential.AuthConfig
 	}{
 		{
-			name:    "auth fills username and password",
+			name:    "auth fills username and password, and is not kept itself",
 			auths:   `{"r.example":{"auth":"` + b64("alice:pw-s3cret-Qz8") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: b64("alice:pw-s3cret-Qz8")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8"}},
 		},
 		{
 			name:    "unpadded auth",
 			auths:   `{"r.example":{"auth":"YWxpY2U6cHctczNjcmV0LVF6OA"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: "YWxpY2U6cHctczNjcmV0LVF6OA"}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8"}},
 		},
 		{
 			name:    "password split at the first colon",
 			auths:   `{"r.example":{"auth":"` + b64("alice:pw:s3cret") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw:s3cret", Auth: b64("alice:pw:s3cret")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw:s3cret"}},
 		},
 		{
 			// The kubelet keeps the password as decoded (the docker CLI
@@ -69,7 +69,7 @@ func TestParseDockerConfigEntries(t *testing.T) {
 			name:    "trailing NULs kept in the password, as the kubelet keeps them",
 			auths:   `{"r.example":{"auth":"` + b64("alice:pw\x00\x00") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw\x00\x00", Auth: b64("alice:pw\x00\x00")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw\x00\x00"}},
 		},
 		{
 			// The kubelet (DockerConfigEntry.UnmarshalJSON) and the docker
@@ -77,14 +77,14 @@ func TestParseDockerConfigEntries(t *testing.T) {
 			name:    "auth wins over explicit username and password",
 			auths:   `{"r.example":{"username":"bob","password":"pw-s3cret-Qz8","auth":"` + b64("alice:other") + `"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "other", Auth: b64("alice:other")}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "other"}},
 		},
 		{
 			// encoding/base64, in the kubelet too, skips line breaks.
 			name:    "line break after auth skipped, as in the kubelet",
 			auths:   `{"r.example":{"auth":"` + b64("alice:pw-s3cret-Qz8") + `\n"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8", Auth: b64("alice:pw-s3cret-Qz8") + "\n"}},
+			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8"}},
 		},
 		{
 			name:    "every token field kept, email ignored",

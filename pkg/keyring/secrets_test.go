@@ -2,6 +2,7 @@ package keyring_test
 
 import (
 	"context"
+	"encoding/base64"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -318,4 +319,43 @@ func TestFromSecretsEmpty(t *testing.T) {
 func TestNilHasherPanics(t *testing.T) {
 	assert.Panics(t, func() { keyring.FromSecrets(nil, nil) })
 	assert.Panics(t, func() { _, _ = keyring.NewStatic(nil, credential.Source{}, nil) })
+}
+
+// TestOneAccountOneHash: the spellings of one account in a pull secret
+// give one credential, username and password only, and one hash; an
+// "auth" that decodes to another account (a username with a colon cannot
+// be spelled in it: it splits at the first colon) is that other account.
+func TestOneAccountOneHash(t *testing.T) {
+	h := testHasher(t)
+	const image = "registry.example/team/app"
+	want := credential.AuthConfig{Username: "alice", Password: "pw:s3cret\x00"}
+	wantHash := h.Hash("registry.example", want)
+	account := want.Username + ":" + want.Password
+	tests := []struct {
+		name   string
+		secret *corev1.Secret
+		want   credential.AuthConfig
+	}{
+		{name: "username and password", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"username":"alice","password":"pw:s3cret\u0000"}}}`)), want: want},
+		{name: "auth", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"auth":"`+b64(account)+`"}}}`)), want: want},
+		{name: "auth unpadded", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"auth":"`+base64.RawStdEncoding.EncodeToString([]byte(account))+`"}}}`)), want: want},
+		{name: "auth with line breaks", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"auth":"`+b64(account)[:8]+`\r\n`+b64(account)[8:]+`\n"}}}`)), want: want},
+		{name: "auth beside all three fields", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"Username":"alice","password":"pw:s3cret\u0000","AUTH":"`+b64(account)+`","email":"a@example.test"}}}`)), want: want},
+		{name: "auth beside other fields", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"username":"bob","password":"x","auth":"`+b64(account)+`"}}}`)), want: want},
+		{name: "legacy dockercfg", secret: dockercfgSecret("a", "s", []byte(`{"registry.example":{"auth":"`+b64(account)+`"}}`)), want: want},
+		{name: "auth of the username alice:x, split at the first colon", secret: dockerConfigJSONSecret("a", "s", []byte(`{"auths":{"registry.example":{"auth":"`+b64("alice:x:y")+`"}}}`)),
+			want: credential.AuthConfig{Username: "alice", Password: "x:y"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			kr, errs := keyring.FromSecrets(h, []*corev1.Secret{tc.secret})
+			require.Empty(t, errs)
+			got, err := kr.Lookup(context.Background(), image)
+			require.NoError(t, err)
+			require.Len(t, got, 1)
+			assertSameAuth(t, tc.want, got[0].Auth, tc.name)
+			assert.Equal(t, tc.want == want, got[0].Hash == wantHash, "one account, one hash")
+			assertHashes(t, h, got)
+		})
+	}
 }
