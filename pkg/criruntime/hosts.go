@@ -2,7 +2,6 @@ package criruntime
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"net/url"
 	"path"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker"
@@ -23,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/internal/boundedread"
+	"github.com/pullguard/pullguard/internal/dockerauth"
 )
 
 // DefaultRegistryConfigPath is containerd's default registry hosts
@@ -98,8 +97,10 @@ func registryHosts(ctx context.Context, roots, host string, auth *runtimeapi.Aut
 // a pull's AuthConfig (its ParseAuth): the credential goes to every host
 // of the registry, mirrors included, unless ServerAddress names another
 // host; a username with its password, else an identity token, else the
-// decoded auth field. A registry token is not presented (containerd does
-// not support it): such a pull is anonymous.
+// auth field decoded as containerd decodes it (dockerauth.Containerd:
+// padding required, NUL trimmed from the password). A registry token is
+// not presented (containerd does not support it): such a pull is
+// anonymous.
 func hostCredentials(auth *runtimeapi.AuthConfig, host string) (string, string, error) {
 	if auth == nil {
 		return "", "", nil
@@ -119,15 +120,7 @@ func hostCredentials(auth *runtimeapi.AuthConfig, host string) (string, string, 
 	case auth.IdentityToken != "":
 		return "", auth.IdentityToken, nil
 	case auth.Auth != "":
-		raw, err := base64.StdEncoding.DecodeString(auth.Auth)
-		if err != nil {
-			return "", "", errors.New("the credential's auth field is not base64")
-		}
-		user, pass, ok := strings.Cut(string(raw), ":")
-		if !ok {
-			return "", "", errors.New("the credential's auth field is not user:password")
-		}
-		return user, strings.Trim(pass, "\x00"), nil
+		return dockerauth.Decode(auth.Auth, dockerauth.Containerd)
 	}
 	return "", "", nil
 }
