@@ -1,18 +1,15 @@
 package criproxy
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	kubeletv1alpha1 "k8s.io/kubelet/config/v1alpha1"
 
 	"github.com/pullguard/pullguard/credtracker"
-	"github.com/pullguard/pullguard/pkg/credential"
 )
 
 // FuzzKubeletRecord decodes arbitrary bytes as the kubelet's record files
@@ -49,31 +46,6 @@ func FuzzKubeletRecord(f *testing.F) {
 			require.True(t, ok, "import of a name the record does not have")
 			assert.True(t, c.NodePodsAccessible && len(c.KubernetesSecrets) == 0 && len(c.KubernetesServiceAccounts) == 0,
 				"node-accessible import of %q without a record saying so", p.Image)
-		}
-	})
-}
-
-// FuzzCanonicalAuth feeds arbitrary CRI credentials: never a panic, never
-// an anonymous result for a credential with any field set, and "auth"
-// spelled out as username and password hashes as the fields themselves.
-func FuzzCanonicalAuth(f *testing.F) {
-	f.Add("alice", "pw", "", "", "")
-	f.Add("", "", base64.StdEncoding.EncodeToString([]byte("bob:x:y")), "", "")
-	f.Add("u", "p", "%%%", "tok", "")
-	h, err := credential.NewHasher(make([]byte, credential.KeySize))
-	require.NoError(f, err)
-	f.Fuzz(func(t *testing.T, user, pass, auth, idToken, regToken string) {
-		in := &runtimeapi.AuthConfig{Username: user, Password: pass, Auth: auth, IdentityToken: idToken, RegistryToken: regToken}
-		c := criCredential(h, "registry.example", in)
-		if user != "" || pass != "" || auth != "" || idToken != "" || regToken != "" {
-			assert.False(t, c.Anonymous())
-		}
-		if user != "" && pass != "" && idToken == "" && regToken == "" {
-			spelled := criCredential(h, "registry.example", &runtimeapi.AuthConfig{
-				Username: user, Password: pass, Auth: base64.StdEncoding.EncodeToString([]byte(user + ":" + pass)),
-			})
-			plain := criCredential(h, "registry.example", &runtimeapi.AuthConfig{Username: user, Password: pass})
-			assert.Equal(t, plain.Hash, spelled.Hash)
 		}
 	})
 }

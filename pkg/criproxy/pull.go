@@ -67,7 +67,7 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	meta := req.GetSandboxConfig().GetMetadata()
 	podLogger := s.logger.WithValues("pod", klog.KRef(meta.GetNamespace(), meta.GetName()), "podUID", meta.GetUid())
 	logger := podLogger.WithValues("image", image)
-	cred := criCredential(s.hasher, im.Registry, req.GetAuth())
+	cred := credential.CRICredential(s.hasher, im.Registry, req.GetAuth())
 	kind, podKey := classify(spec)
 	if kind == podCall {
 		s.calls.annotating.Store(true)
