@@ -6,6 +6,7 @@
 //
 // It is a module of its own so that pullguard's module never imports
 // k8s.io/kubernetes; it imports pullguard's module (replace ../..) for the
-// in-process comparison of the two keyrings (keyring_diff_test.go). Run
-// it with `make e2e-kubelet` (root, Linux). See docs/testing.md.
+// in-process comparison of the two keyrings (keyring_diff_test.go) and of
+// the credential every spelling of a pull secret gives (spellings_test.go).
+// Run it with `make e2e-kubelet` (root, Linux). See docs/testing.md.
 package kubelet
