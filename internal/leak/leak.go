@@ -104,10 +104,12 @@ func alignedForms(enc *base64.Encoding, secret string) []string {
 }
 
 // BasicAuth returns the secrets in a docker config "auth" field (base64
-// of "user:password"): the field, the password it decodes to and, when
+// of "user:password"): the field, the password it decodes to (and that
+// password without NUL at its ends, as containerd presents it) and, when
 // the field is not spelled as an Authorization header would spell it
 // (unpadded, over-padded, URL alphabet), that header's base64. A field
-// with extra or missing "=" still decodes, as pkg/criproxy decodes it.
+// with extra or missing "=" still decodes: redaction reads more spellings
+// than the readers of the field (internal/dockerauth) accept.
 func BasicAuth(auth string) []string {
 	out := []string{auth}
 	trimmed := strings.TrimRight(auth, "=")
@@ -115,6 +117,9 @@ func BasicAuth(auth string) []string {
 		if b, err := enc.DecodeString(trimmed); err == nil {
 			if _, pw, ok := strings.Cut(string(b), ":"); ok {
 				out = append(out, pw)
+				if t := strings.Trim(pw, "\x00"); t != pw {
+					out = append(out, t)
+				}
 				if h := base64.StdEncoding.EncodeToString(b); h != auth {
 					out = append(out, h)
 				}

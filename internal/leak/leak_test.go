@@ -73,9 +73,10 @@ func FuzzRedact(f *testing.F) {
 	})
 }
 
-// TestBasicAuthOddlyPadded: an "auth" field with an extra "=" (which
-// pkg/criproxy still decodes, and then sends as a canonical Authorization
-// header) gives up its password and the header a registry would echo.
+// TestBasicAuthOddlyPadded: an "auth" field with an extra or a missing
+// "=" (which a runtime may still read, and then send as a canonical
+// Authorization header) gives up its password and the header a registry
+// would echo.
 func TestBasicAuthOddlyPadded(t *testing.T) {
 	header := base64.StdEncoding.EncodeToString([]byte("alice:s3cret-pw"))
 	for _, field := range []string{header, header + "=", strings.TrimRight(header, "=")} {
@@ -84,4 +85,13 @@ func TestBasicAuthOddlyPadded(t *testing.T) {
 		text := "registry said: Basic " + header
 		assert.NotContains(t, leak.Redact(text, secrets...), header, field)
 	}
+}
+
+// TestBasicAuthNULPadded: a password with NUL at its ends gives up the
+// password containerd presents for it, trimmed (its ParseAuth).
+func TestBasicAuthNULPadded(t *testing.T) {
+	secrets := leak.BasicAuth(base64.StdEncoding.EncodeToString([]byte("alice:\x00s3cret-pw\x00")))
+	assert.Contains(t, secrets, "\x00s3cret-pw\x00")
+	assert.Contains(t, secrets, "s3cret-pw")
+	assert.NotContains(t, leak.Redact("registry said: wrong password s3cret-pw", secrets...), "s3cret-pw")
 }
