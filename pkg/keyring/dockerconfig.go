@@ -28,11 +28,11 @@ type ConfigEntry struct {
 // null "auths" (or a null document) is an empty config, and a null
 // "auths" after another drops the entries read so far.
 //
-// Entries are returned in file order. An entry holds "username",
-// "password", "auth", "identitytoken" and "registrytoken" (field names
-// match case-insensitively; "email" must be a string and is not kept,
-// other fields are ignored, and so are "identitytoken" and
-// "registrytoken" when they are not strings, as the kubelet reads neither).
+// Entries are returned in file order. An entry's credential is its
+// "username" and "password", or its "auth" (field names match
+// case-insensitively; "email" must be a string and is not kept; every
+// other field is ignored, "identitytoken" and "registrytoken" included,
+// as the kubelet's DockerConfigEntry has neither and never presents them).
 // When a key appears twice the later entry replaces the earlier one in
 // place, as a map does. An entry without any credential field (null, or
 // what the docker CLI writes when a credential store holds the secret) is
@@ -65,10 +65,6 @@ type configEntryJSON struct {
 	Password string `json:"password"`
 	Auth     string `json:"auth"`
 	Email    string `json:"email"`
-	// The kubelet does not read these two: a value that is not a string
-	// is ignored rather than an error.
-	IdentityToken json.RawMessage `json:"identitytoken"`
-	RegistryToken json.RawMessage `json:"registrytoken"`
 }
 
 // configParser walks a config with a token decoder so that file order is
@@ -221,12 +217,7 @@ func (p *configParser) end() error {
 
 // entryAuth turns a decoded entry into an AuthConfig, decoding "auth".
 func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
-	auth := credential.AuthConfig{
-		Username:      raw.Username,
-		Password:      raw.Password,
-		IdentityToken: jsonString(raw.IdentityToken),
-		RegistryToken: jsonString(raw.RegistryToken),
-	}
+	auth := credential.AuthConfig{Username: raw.Username, Password: raw.Password}
 	if raw.Auth == "" {
 		return auth, nil
 	}
@@ -236,16 +227,6 @@ func entryAuth(raw configEntryJSON) (credential.AuthConfig, error) {
 	}
 	auth.Username, auth.Password = user, pass
 	return auth, nil
-}
-
-// jsonString returns the string a JSON value holds, "" when it holds
-// another type.
-func jsonString(v json.RawMessage) string {
-	var s string
-	if json.Unmarshal(v, &s) != nil {
-		return ""
-	}
-	return s
 }
 
 // jsonError describes a JSON decoding error without quoting the data:

@@ -17,7 +17,8 @@ func TestParseDockerConfigJSONFixture(t *testing.T) {
 		{Key: "https://index.docker.io/v1/", Auth: credential.AuthConfig{Username: "hubuser", Password: "pw-hub-K2m"}},
 		{Key: "registry.example", Auth: credential.AuthConfig{Username: "team-a", Password: "pw-team-a-Xq7"}},
 		{Key: "*.example", Auth: credential.AuthConfig{Username: "wild", Password: "pw-wild-J9p"}},
-		{Key: "registry.example:5000/team-b", Auth: credential.AuthConfig{IdentityToken: "idtok-team-b-Zr4"}},
+		// Its identitytoken is not kept, as the kubelet does not read it.
+		{Key: "registry.example:5000/team-b", Auth: credential.AuthConfig{}},
 		// No credential fields: kept, as the kubelet keeps it.
 		{Key: "creds-in-store.example", Auth: credential.AuthConfig{}},
 	}
@@ -87,16 +88,16 @@ func TestParseDockerConfigEntries(t *testing.T) {
 			want:    []credential.AuthConfig{{Username: "alice", Password: "pw-s3cret-Qz8"}},
 		},
 		{
-			name:    "every token field kept, email ignored",
+			name:    "token fields, email and unknown fields not kept, as the kubelet reads none of them",
 			auths:   `{"r.example":{"identitytoken":"idtok-team-b-Zr4","registrytoken":"regtok-Lm5","email":"x@example.test","unknown":1}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{IdentityToken: "idtok-team-b-Zr4", RegistryToken: "regtok-Lm5"}},
+			want:    []credential.AuthConfig{{}},
 		},
 		{
 			name:    "field names match case-insensitively",
 			auths:   `{"r.example":{"Username":"bob","PASSWORD":"pw-s3cret-Qz8","IdentityToken":"idtok-team-b-Zr4"}}`,
 			wantKey: []string{"r.example"},
-			want:    []credential.AuthConfig{{Username: "bob", Password: "pw-s3cret-Qz8", IdentityToken: "idtok-team-b-Zr4"}},
+			want:    []credential.AuthConfig{{Username: "bob", Password: "pw-s3cret-Qz8"}},
 		},
 		{
 			name:    "file order kept",

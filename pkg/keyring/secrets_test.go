@@ -295,11 +295,12 @@ func TestFromSecretsLookup(t *testing.T) {
 		})
 	}
 
-	t.Run("identity token kept", func(t *testing.T) {
+	t.Run("an identity token is not kept, as the kubelet does not read it", func(t *testing.T) {
 		got, err := kr.Lookup(context.Background(), "registry.example:5000/team-b/app")
 		require.NoError(t, err)
 		require.Len(t, got, 1)
-		assert.True(t, got[0].Auth.IdentityToken == "idtok-team-b-Zr4", "identity token differs (value withheld)")
+		assert.Empty(t, got[0].Auth.IdentityToken, "the identity token is presented (value withheld)")
+		assert.True(t, got[0].Auth.Empty(), "an entry with no username or password is an empty credential, as the kubelet's")
 	})
 
 	t.Run("invalid image", func(t *testing.T) {
