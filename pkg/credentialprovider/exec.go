@@ -68,20 +68,51 @@ type runFailure struct {
 // below it, those that called setsid included, before it exits, so no
 // straggler outlives a run.
 func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
-	var res runResult
+	p, fail := startPlugin(spec)
+	if fail != nil {
+		return runResult{}, fail
+	}
+	go p.writeStdin(spec.stdin)
+	p.readOutputs(spec)
+	waitErr, ctxEnded := p.wait(ctx)
+	p.awaitOutputs()
+	return runOutcome(ctx, spec, p.result(waitErr), waitErr, ctxEnded, p.overflowed())
+}
+
+// process is one started run: the reaper, which leads the plugin's process
+// group, and the parent's ends of the plugin's pipes.
+type process struct {
+	cmd  *exec.Cmd
+	pgid int
+	// stdin is the write end of the plugin's stdin; stdout and stderr are
+	// the read ends of its outputs, read into out and errOut by readers.
+	stdin, stdout, stderr *os.File
+	out, errOut           limitedBuffer
+	readers               sync.WaitGroup
+	// overflow receives the name of each output ("stdout", "stderr") that
+	// went over its limit.
+	overflow chan string
+	stopOnce sync.Once
+	reaped   chan struct{} // closed once the reaper is reaped
+}
+
+// startPlugin creates the plugin's pipes and starts spec.path under a
+// reaper, in a process group of its own. On failure nothing is left open
+// and the failure's kind is KindStart.
+func startPlugin(spec runSpec) (*process, *runFailure) {
 	inR, inW, err := os.Pipe()
 	if err != nil {
-		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+		return nil, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW)
-		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+		return nil, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		closeAll(inR, inW, outR, outW)
-		return res, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
+		return nil, &runFailure{kind: KindStart, detail: "cannot create pipes", err: err}
 	}
 
 	cmd, env := reaper.Command(spec.path, spec.args, spec.env)
@@ -90,107 +121,146 @@ func run(ctx context.Context, spec runSpec) (runResult, *runFailure) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
-		return res, &runFailure{kind: KindStart, detail: "cannot start", err: sanitizeStartError(err)}
+		return nil, &runFailure{kind: KindStart, detail: "cannot start", err: sanitizeStartError(err)}
 	}
 	// The child holds its own copies; the parent keeps only its ends.
 	closeAll(inR, outW, errW)
-	pgid := cmd.Process.Pid
+	return &process{
+		cmd:      cmd,
+		pgid:     cmd.Process.Pid,
+		stdin:    inW,
+		stdout:   outR,
+		stderr:   errR,
+		overflow: make(chan string, 2),
+		reaped:   make(chan struct{}),
+	}, nil
+}
 
-	var (
-		killOnce sync.Once
-		overflow = make(chan string, 2)
-	)
-	reaperDone := make(chan struct{}) // closed once the reaper is reaped
-	kill := func() {
-		killOnce.Do(func() {
+// stop tells the reaper to stop, once: it kills the plugin and everything
+// below it, then exits; a reaper still there after reaperStopGrace is
+// killed with its process group. Once the reaper is reaped (an output
+// overflowing while the pipes drain), stop does nothing: its pid may name
+// another process by now.
+func (p *process) stop() {
+	p.stopOnce.Do(func() {
+		select {
+		case <-p.reaped:
+			return
+		default:
+		}
+		reaper.Stop(p.pgid)
+		go func() {
+			t := time.NewTimer(reaperStopGrace)
+			defer t.Stop()
 			select {
-			case <-reaperDone:
-				// Reaped (an output overflowing while the pipes drain):
-				// its pid may name another process by now.
-				return
-			default:
+			case <-t.C:
+				_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			case <-p.reaped:
 			}
-			// The reaper kills the plugin and everything below it, then
-			// exits; SIGKILL is for a reaper that does not.
-			reaper.Stop(pgid)
-			go func() {
-				t := time.NewTimer(reaperStopGrace)
-				defer t.Stop()
-				select {
-				case <-t.C:
-					_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				case <-reaperDone:
-				}
-			}()
-		})
-	}
+		}()
+	})
+}
 
-	go func() {
-		// The request is small; a plugin that never reads stdin only makes
-		// this write fail or block until the pipe is closed below.
-		_, _ = inW.Write(spec.stdin)
-		_ = inW.Close()
-	}()
+// writeStdin writes the request to the plugin and closes its stdin. The
+// request is small; a plugin that never reads stdin only makes this write
+// fail or block until awaitOutputs closes the pipe.
+func (p *process) writeStdin(request []byte) {
+	_, _ = p.stdin.Write(request)
+	_ = p.stdin.Close()
+}
 
-	var readers sync.WaitGroup
-	var stdout, stderr limitedBuffer
-	stdout.max, stderr.max = spec.stdoutMax, spec.stderrMax
-	stdout.tee = spec.stdoutTo
+// readOutputs starts a reader for each of stdout and stderr, each kept up
+// to its limit in spec. An output over its limit is named on p.overflow
+// and stops the plugin; a pass-through (spec.stdoutTo) only cuts its
+// outputs.
+func (p *process) readOutputs(spec runSpec) {
+	p.out.max, p.errOut.max = spec.stdoutMax, spec.stderrMax
+	p.out.tee = spec.stdoutTo
 	onOverflow := func(which string) func() {
 		if spec.stdoutTo != nil {
 			return func() {} // a pass-through only cuts
 		}
-		return func() { overflow <- which; kill() }
+		return func() { p.overflow <- which; p.stop() }
 	}
-	readers.Add(2)
-	go drain(&readers, outR, &stdout, onOverflow("stdout"))
-	go drain(&readers, errR, &stderr, onOverflow("stderr"))
+	p.readers.Add(2)
+	go drain(&p.readers, p.stdout, &p.out, onOverflow("stdout"))
+	go drain(&p.readers, p.stderr, &p.errOut, onOverflow("stderr"))
+}
 
+// wait waits for the reaper to exit, stopping it first if ctx ends
+// (ctxEnded). When it returns, the reaper has exited, and with it every
+// process below it; its pid may be reused from then on, so nothing is
+// signalled any more.
+func (p *process) wait(ctx context.Context) (waitErr error, ctxEnded bool) {
 	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-
-	var waitErr error
-	ctxEnded := false
+	go func() { waited <- p.cmd.Wait() }()
 	select {
 	case waitErr = <-waited:
 	case <-ctx.Done():
 		ctxEnded = true
-		kill()
+		p.stop()
 		waitErr = <-waited
 	}
-	// The reaper has exited, and with it every process below it (its pid
-	// may be reused from now on: nothing is signalled any more). Let the
-	// readers reach end of file.
-	close(reaperDone)
+	close(p.reaped)
+	return waitErr, ctxEnded
+}
+
+// awaitOutputs lets the readers reach end of file, for at most
+// pipeDrainGrace: only a descendant that left the process group (setsid)
+// and kept the pipes open can hold them longer, and then they are closed.
+// It closes stdin too.
+func (p *process) awaitOutputs() {
 	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
+	go func() { p.readers.Wait(); close(drained) }()
 	timer := time.NewTimer(pipeDrainGrace)
 	select {
 	case <-drained:
 		timer.Stop()
 	case <-timer.C:
-		closeAll(outR, errR)
+		closeAll(p.stdout, p.stderr)
 		<-drained
 	}
-	_ = inW.Close()
+	_ = p.stdin.Close()
+}
 
-	res.stdout, res.stderr = stdout.buf, stderr.buf
-	res.stdoutCut, res.stderrCut = stdout.over, stderr.over
+// result is what the finished run left: the outputs kept, and the exit
+// code and signal of waitErr, the reaper's wait.
+func (p *process) result(waitErr error) runResult {
+	res := runResult{
+		stdout: p.out.buf, stderr: p.errOut.buf,
+		stdoutCut: p.out.over, stderrCut: p.errOut.over,
+	}
 	if ee := (*exec.ExitError)(nil); errors.As(waitErr, &ee) {
 		res.exitCode = ee.ExitCode()
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			res.signal = ws.Signal()
 		}
 	}
+	return res
+}
 
+// overflowed names the first output that went over its limit, or "".
+func (p *process) overflowed() string {
 	select {
-	case which := <-overflow:
+	case which := <-p.overflow:
+		return which
+	default:
+		return ""
+	}
+}
+
+// runOutcome classifies a finished run, first match wins: an output over
+// its limit (overflowed names it), ctx's end (ctxEnded: the timeout, else
+// a cancellation), a reaper that could not start the plugin (its stderr,
+// the reason, is moved into the failure), an exit that is not a success.
+// A nil failure is a success.
+func runOutcome(ctx context.Context, spec runSpec, res runResult, waitErr error, ctxEnded bool, overflowed string) (runResult, *runFailure) {
+	if overflowed != "" {
 		limit := spec.stdoutMax
-		if which == "stderr" {
+		if overflowed == "stderr" {
 			limit = spec.stderrMax
 		}
-		return res, &runFailure{kind: KindOutputTooLarge, detail: fmt.Sprintf("wrote more than %d bytes to %s and was killed", limit, which)}
-	default:
+		return res, &runFailure{kind: KindOutputTooLarge, detail: fmt.Sprintf("wrote more than %d bytes to %s and was killed", limit, overflowed)}
 	}
 	if ctxEnded {
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
