@@ -77,25 +77,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if logger.GetSink() == nil {
 		logger = klog.Background()
 	}
-	var providerCfg *credentialprovider.Config
-	if cfg.CredentialProviderConfig != "" {
-		if cfg.CredentialProviderBinDir == "" {
-			return nil, fmt.Errorf("%w: --image-credential-provider-bin-dir is required with --image-credential-provider-config", nodeconfig.ErrInvalidConfig)
-		}
-		pc, err := credentialprovider.LoadConfig(cfg.CredentialProviderConfig)
-		if err != nil {
-			return nil, err
-		}
-		if err := pc.Validate(cfg.Settings.Gates); err != nil {
-			return nil, err
-		}
-		if err := pc.CheckBinaries(cfg.CredentialProviderBinDir); err != nil {
-			return nil, err
-		}
-		for _, w := range pc.Warnings {
-			logger.Info("Warning: credential provider config", "warning", w)
-		}
-		providerCfg = pc
+	providerCfg, err := loadProviderConfig(cfg, logger)
+	if err != nil {
+		return nil, err
 	}
 
 	n := &Node{Events: &EventLog{}}
@@ -105,50 +89,119 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			n.Close()
 		}
 	}()
+	if err := n.openRuntime(ctx, cfg, logger); err != nil {
+		return nil, err
+	}
+	hasher, err := n.openTracker(ctx, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	opts := imageManagerOptions(cfg, hasher, logger)
+	if providerCfg != nil {
+		pm, err := newProviderManager(providerCfg, cfg, hasher, logger)
+		if err != nil {
+			return nil, err
+		}
+		n.providers = pm
+		opts = append(opts, imagemanager.WithCredentialProviders(pm))
+	}
+	n.Images, err = imagemanager.New(n.Runtime, n.Tracker, n.Events, opts...)
+	if err != nil {
+		return nil, err
+	}
+	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
+	ok = true
+	return n, nil
+}
+
+// loadProviderConfig reads and checks the credential provider
+// configuration, plugins included, and logs its warnings; nil when cfg
+// names none. It writes nothing.
+func loadProviderConfig(cfg Config, logger klog.Logger) (*credentialprovider.Config, error) {
+	if cfg.CredentialProviderConfig == "" {
+		return nil, nil
+	}
+	if cfg.CredentialProviderBinDir == "" {
+		return nil, fmt.Errorf("%w: --image-credential-provider-bin-dir is required with --image-credential-provider-config", nodeconfig.ErrInvalidConfig)
+	}
+	pc, err := credentialprovider.LoadConfig(cfg.CredentialProviderConfig)
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Validate(cfg.Settings.Gates); err != nil {
+		return nil, err
+	}
+	if err := pc.CheckBinaries(cfg.CredentialProviderBinDir); err != nil {
+		return nil, err
+	}
+	for _, w := range pc.Warnings {
+		logger.Info("Warning: credential provider config", "warning", w)
+	}
+	return pc, nil
+}
+
+// openRuntime connects to cfg's runtime endpoint, if any, then takes the
+// root directory (created if need be) for this process, then, without an
+// endpoint, opens the embedded runtime under it. It sets n.Runtime and
+// n.lock as they open, so that n.Close releases what did.
+func (n *Node) openRuntime(ctx context.Context, cfg Config, logger klog.Logger) error {
 	if cfg.RuntimeEndpoint != "" {
 		rt, err := criruntime.NewRemote(ctx, cfg.RuntimeEndpoint, criruntime.DefaultRemoteTimeout)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		n.Runtime = rt
 	}
 	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
-		return nil, fmt.Errorf("failed to create the root directory: %w", err)
+		return fmt.Errorf("failed to create the root directory: %w", err)
 	}
 	// One owner per root directory, before anything under it is opened.
 	lock, err := dirlock.Acquire(cfg.RootDir, LockFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrRootDirInUse, err)
+		return fmt.Errorf("%w: %w", ErrRootDirInUse, err)
 	}
 	n.lock = lock
 	if n.Runtime == nil {
 		rt, err := criruntime.NewEmbedded(filepath.Join(cfg.RootDir, RuntimeDir), criruntime.WithLogger(logger))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		n.Runtime = rt
 	}
+	return nil
+}
 
-	var hasher *credential.Hasher
-	if cfg.Settings.Gates.EnsureSecretPulledImages {
-		tr, err := credtracker.New(ctx, credtracker.Config{
-			Dir:       filepath.Join(cfg.RootDir, TrackerDir),
-			Policy:    cfg.Settings.Policy,
-			Allowlist: cfg.Settings.Allowlist,
-		}, guardedpull.Inventory(n.Runtime), credtracker.WithLogger(logger))
-		if err != nil {
-			return nil, err
-		}
-		n.Tracker, hasher = tr, tr.Hasher()
-	} else {
+// openTracker sets n.Tracker: with the gate on, the credential tracker
+// under the root directory, over the runtime's images; with it off, the
+// disabled tracker. It returns the hasher of credentials: the tracker's,
+// or one with a random key, since nothing is recorded.
+func (n *Node) openTracker(ctx context.Context, cfg Config, logger klog.Logger) (*credential.Hasher, error) {
+	if !cfg.Settings.Gates.EnsureSecretPulledImages {
 		n.Tracker = credtracker.Disabled()
 		key := make([]byte, credential.KeySize)
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		hasher, _ = credential.NewHasher(key)
+		hasher, _ := credential.NewHasher(key)
+		return hasher, nil
 	}
+	tr, err := credtracker.New(ctx, credtracker.Config{
+		Dir:       filepath.Join(cfg.RootDir, TrackerDir),
+		Policy:    cfg.Settings.Policy,
+		Allowlist: cfg.Settings.Allowlist,
+	}, guardedpull.Inventory(n.Runtime), credtracker.WithLogger(logger))
+	if err != nil {
+		return nil, err
+	}
+	n.Tracker = tr
+	return tr.Hasher(), nil
+}
 
+// imageManagerOptions are the image manager's options but the plugins:
+// the hasher, the node's docker config (a malformed file is logged and
+// passed over), the kubelet's pull settings, and, for a real runtime with
+// the gate on, the check that the registry served the bytes of a pull.
+func imageManagerOptions(cfg Config, hasher *credential.Hasher, logger klog.Logger) []imagemanager.Option {
 	nodeKeyring, err := keyring.NodeKeyring(hasher, keyring.DefaultNodeConfigFiles(cfg.RootDir))
 	if err != nil {
 		// A malformed node file is passed over; the node keyring still works.
@@ -168,25 +221,17 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// With the gate off, pulls behave as the kubelet's do.
 		opts = append(opts, imagemanager.WithManifestVerification(guardedpull.RegistryVerifier()))
 	}
-	if providerCfg != nil {
-		popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
-		if cfg.ServiceAccounts != nil {
-			popts = append(popts, credentialprovider.WithServiceAccountTokenSource(cfg.ServiceAccounts))
-		}
-		pm, err := credentialprovider.NewManager(providerCfg, cfg.CredentialProviderBinDir, hasher, popts...)
-		if err != nil {
-			return nil, err
-		}
-		n.providers = pm
-		opts = append(opts, imagemanager.WithCredentialProviders(pm))
+	return opts
+}
+
+// newProviderManager makes the manager of the plugins pc configures, with
+// cfg's gates and service-account tokens; the caller closes it.
+func newProviderManager(pc *credentialprovider.Config, cfg Config, hasher *credential.Hasher, logger klog.Logger) (*credentialprovider.Manager, error) {
+	popts := []credentialprovider.Option{credentialprovider.WithGates(cfg.Settings.Gates), credentialprovider.WithLogger(logger)}
+	if cfg.ServiceAccounts != nil {
+		popts = append(popts, credentialprovider.WithServiceAccountTokenSource(cfg.ServiceAccounts))
 	}
-	n.Images, err = imagemanager.New(n.Runtime, n.Tracker, n.Events, opts...)
-	if err != nil {
-		return nil, err
-	}
-	n.driver = NewDriver(n.Images, n.Events, WithConcurrentNamespaces(cfg.ConcurrentNamespaces))
-	ok = true
-	return n, nil
+	return credentialprovider.NewManager(pc, cfg.CredentialProviderBinDir, hasher, popts...)
 }
 
 // Run ensures the images of every pod in m and returns the results in file
