@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
@@ -205,18 +206,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	logger := klog.Background().WithName("serve")
-	for _, w := range c.settings.Warnings {
-		logger.Info("Configuration warning", "warning", w)
-	}
-	protecting := c.settings.Gates.EnsureSecretPulledImages
-	if !protecting {
-		logger.Error(nil, "PASS-THROUGH: the protection is OFF, every pod may use every image on the node", "asked", "--feature-gates KubeletEnsureSecretPulledImages=false")
-		fmt.Fprintln(stderr, "pullguard: WARNING: pass-through, the protection is OFF (--feature-gates KubeletEnsureSecretPulledImages=false)")
-	}
+	warnConfiguration(c.settings, stderr, logger)
 	if o.metricsAddr != "" && o.metricsAddr != "0" {
 		// Before the tracker starts, so that its start-up gauges count.
 		registerMetrics()
-		registerServeMetrics(protecting)
+		registerServeMetrics(c.settings.Gates.EnsureSecretPulledImages)
 	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -259,18 +253,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	debug.FreeOSMemory()
 
 	opts := o.proxyOptions(c, logger)
-	if c.settings.Gates.EnsureSecretPulledImages {
-		node, stopProviders, err := o.nodeKeyring(hasher, c.settings.Gates, logger)
-		if err != nil {
-			return err
-		}
-		defer stopProviders()
-		opts = append(opts, criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout),
-			// What `pullguard credential-provider` announced: the node's
-			// credentials from plugins that mint a token per call.
-			criproxy.WithAnnouncedCredentials(announce.NewBoard(filepath.Join(o.rootDir, announce.Dir), announce.WithLogger(logger))))
+	nodeOpts, stopProviders, err := o.nodeCredentialOptions(c, hasher, logger)
+	if err != nil {
+		return err
 	}
-	srv, err := criproxy.New(backend, tracker, hasher, opts...)
+	defer stopProviders()
+	srv, err := criproxy.New(backend, tracker, hasher, append(opts, nodeOpts...)...)
 	if err != nil {
 		return err
 	}
@@ -294,6 +282,28 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return fmt.Errorf("the gRPC server stopped: %w", err)
 	case <-ctx.Done():
 	}
+	o.shutdown(gs, srv, logger)
+	logger.Info("Stopped")
+	return nil
+}
+
+// warnConfiguration logs the configuration's warnings and, when the
+// protection is off, says so loudly, in the log and on stderr.
+func warnConfiguration(s nodeconfig.Settings, stderr io.Writer, logger klog.Logger) {
+	for _, w := range s.Warnings {
+		logger.Info("Configuration warning", "warning", w)
+	}
+	if !s.Gates.EnsureSecretPulledImages {
+		logger.Error(nil, "PASS-THROUGH: the protection is OFF, every pod may use every image on the node", "asked", "--feature-gates KubeletEnsureSecretPulledImages=false")
+		fmt.Fprintln(stderr, "pullguard: WARNING: pass-through, the protection is OFF (--feature-gates KubeletEnsureSecretPulledImages=false)")
+	}
+}
+
+// shutdown stops serving: in-flight pulls may finish during the grace
+// period, then are cancelled; then it waits, 10 s at most, for the
+// handlers of cancelled pulls to resolve their intents (an intent left
+// unresolved is taken for an interrupted pull at the next start).
+func (o *serveOptions) shutdown(gs *grpc.Server, srv *criproxy.Server, logger klog.Logger) {
 	logger.Info("Shutting down: letting in-flight pulls finish", "gracePeriod", o.grace)
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
@@ -309,8 +319,6 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err := srv.Drain(drainCtx); err != nil {
 		logger.Error(err, "Some pulls did not resolve their intents; the next start treats them as interrupted")
 	}
-	logger.Info("Stopped")
-	return nil
 }
 
 // proxyOptions are the proxy's options. A real runtime's successful pulls
@@ -326,6 +334,26 @@ func (o *serveOptions) proxyOptions(c checkedServe, logger klog.Logger) []cripro
 			criruntime.WithRegistryConfigPath(o.registryConfigPath), criruntime.WithRegistryTimeout(c.registryTimeout))))
 	}
 	return opts
+}
+
+// nodeCredentialOptions are, with the protection on, the proxy's sources
+// of the node's credentials: its docker config and the plugins the
+// provider config gives the node (nodeKeyring), and what
+// `pullguard credential-provider` announced (the node's credentials from
+// plugins that mint a token per call). The returned func stops the
+// plugins; the caller calls it once the proxy is done.
+func (o *serveOptions) nodeCredentialOptions(c checkedServe, hasher *credential.Hasher, logger klog.Logger) ([]criproxy.Option, func(), error) {
+	if !c.settings.Gates.EnsureSecretPulledImages {
+		return nil, func() {}, nil
+	}
+	node, stopProviders, err := o.nodeKeyring(hasher, c.settings.Gates, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []criproxy.Option{
+		criproxy.WithNodeKeyring(node, criproxy.DefaultNodeLookupTimeout),
+		criproxy.WithAnnouncedCredentials(announce.NewBoard(filepath.Join(o.rootDir, announce.Dir), announce.WithLogger(logger))),
+	}, stopProviders, nil
 }
 
 func (o *serveOptions) embedded() bool { return o.backend == "" || o.backend == EmbeddedEndpoint }
