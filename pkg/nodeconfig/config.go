@@ -178,10 +178,6 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 	if file != "" {
 		source = file
 	}
-	var errs []error
-	fail := func(from, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, from, fmt.Sprintf(format, args...)))
-	}
 
 	// The file's featureGates are the kubelet's: it checks the gates it
 	// knows, pullguard reads its own and leaves the others alone.
@@ -202,34 +198,57 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 		ContainerRuntimeEndpoint: firstSet(flags.RuntimeEndpoint, cfg.ContainerRuntimeEndpoint),
 		ImageServiceEndpoint:     firstSet(flags.ImageEndpoint, cfg.ImageServiceEndpoint),
 	}
+	errs := resolveVerification(&s, policy, policyFrom, source)
+	errs = append(errs, resolvePullSettings(&s, cfg, source)...)
+	if err := errors.Join(errs...); err != nil {
+		return Settings{}, err
+	}
+	s.Warnings = append(s.Warnings, unusedWarnings(source, otherGates, keys)...)
+	return s, nil
+}
 
-	// The kubelet's rules for the credential verification fields.
-	if gates.EnsureSecretPulledImages {
-		p, err := credtracker.ParsePolicy(policy)
-		if err != nil {
-			fail(policyFrom, "imagePullCredentialsVerificationPolicy %q: valid options are %q, %q, %q or %q",
-				policy, credtracker.NeverVerify, credtracker.NeverVerifyPreloadedImages, credtracker.NeverVerifyAllowlistedImages, credtracker.AlwaysVerify)
-		}
-		s.Policy = p
-		if len(s.Allowlist) > 0 && err == nil && p != credtracker.NeverVerifyAllowlistedImages {
-			fail(source, "preloadedImagesVerificationAllowlist cannot be set when imagePullCredentialsVerificationPolicy is %q, only with %q",
-				p, credtracker.NeverVerifyAllowlistedImages)
-		} else if a, err := credtracker.NewAllowlist(s.Allowlist); err != nil {
-			fail(source, "%v", err)
-		} else {
-			for _, u := range a.Unmatchable() {
-				s.Warnings = append(s.Warnings, fmt.Sprintf("%s: preloadedImagesVerificationAllowlist %q never matches: no repository name starts with it", source, u))
-			}
-		}
-	} else {
+// resolveVerification applies the kubelet's rules for the credential
+// verification fields: with s.Gates' EnsureSecretPulledImages on, it sets
+// s.Policy from policy (given by policyFrom, a file or a flag) and checks
+// s.Allowlist against it, warning of an entry that never matches; with the
+// gate off, neither may be set. It returns every error, each naming where
+// the field came from.
+func resolveVerification(s *Settings, policy, policyFrom, source string) []error {
+	var errs []error
+	if !s.Gates.EnsureSecretPulledImages {
 		if policy != "" {
-			fail(policyFrom, "imagePullCredentialsVerificationPolicy must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages)
+			errs = append(errs, invalid(policyFrom, "imagePullCredentialsVerificationPolicy must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages))
 		}
 		if len(s.Allowlist) > 0 {
-			fail(source, "preloadedImagesVerificationAllowlist must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages)
+			errs = append(errs, invalid(source, "preloadedImagesVerificationAllowlist must not be set if the %s feature gate is not enabled", featuregates.EnsureSecretPulledImages))
+		}
+		return errs
+	}
+	p, err := credtracker.ParsePolicy(policy)
+	if err != nil {
+		errs = append(errs, invalid(policyFrom, "imagePullCredentialsVerificationPolicy %q: valid options are %q, %q, %q or %q",
+			policy, credtracker.NeverVerify, credtracker.NeverVerifyPreloadedImages, credtracker.NeverVerifyAllowlistedImages, credtracker.AlwaysVerify))
+	}
+	s.Policy = p
+	if len(s.Allowlist) > 0 && err == nil && p != credtracker.NeverVerifyAllowlistedImages {
+		errs = append(errs, invalid(source, "preloadedImagesVerificationAllowlist cannot be set when imagePullCredentialsVerificationPolicy is %q, only with %q",
+			p, credtracker.NeverVerifyAllowlistedImages))
+	} else if a, err := credtracker.NewAllowlist(s.Allowlist); err != nil {
+		errs = append(errs, invalid(source, "%v", err))
+	} else {
+		for _, u := range a.Unmatchable() {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("%s: preloadedImagesVerificationAllowlist %q never matches: no repository name starts with it", source, u))
 		}
 	}
+	return errs
+}
 
+// resolvePullSettings sets the pull throttle of s from cfg (source names
+// it), with the kubelet's defaults and checks: serializeImagePulls,
+// maxParallelImagePulls, registryPullQPS and registryBurst. It returns
+// every error.
+func resolvePullSettings(s *Settings, cfg *kubeletconfig.KubeletConfiguration, source string) []error {
+	var errs []error
 	// serializeImagePulls defaults to true unless maxParallelImagePulls is
 	// above 1, as in the kubelet's defaulting.
 	s.SerializeImagePulls = cfg.MaxParallelImagePulls == nil || *cfg.MaxParallelImagePulls < 2
@@ -239,31 +258,35 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 	if m := cfg.MaxParallelImagePulls; m != nil {
 		switch {
 		case *m < 1:
-			fail(source, "maxParallelImagePulls %d must be a positive number", *m)
+			errs = append(errs, invalid(source, "maxParallelImagePulls %d must be a positive number", *m))
 		case s.SerializeImagePulls && *m > 1:
-			fail(source, "maxParallelImagePulls cannot be larger than 1 unless serializeImagePulls is set to false")
+			errs = append(errs, invalid(source, "maxParallelImagePulls cannot be larger than 1 unless serializeImagePulls is set to false"))
 		default:
 			s.MaxParallelImagePulls = *m
 		}
 	}
 	if cfg.RegistryPullQPS != nil {
 		if *cfg.RegistryPullQPS < 0 {
-			fail(source, "registryPullQPS %d must not be a negative number", *cfg.RegistryPullQPS)
+			errs = append(errs, invalid(source, "registryPullQPS %d must not be a negative number", *cfg.RegistryPullQPS))
 		}
 		s.RegistryPullQPS = float32(*cfg.RegistryPullQPS)
 	}
 	switch {
 	case cfg.RegistryBurst < 0:
-		fail(source, "registryBurst %d must not be a negative number", cfg.RegistryBurst)
+		errs = append(errs, invalid(source, "registryBurst %d must not be a negative number", cfg.RegistryBurst))
 	case cfg.RegistryBurst > 0:
 		s.RegistryBurst = int(cfg.RegistryBurst)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return Settings{}, err
-	}
+	return errs
+}
 
+// unusedWarnings name what source sets that pullguard does not use: the
+// featureGates of others (otherGates) and the top-level fields (of keys)
+// it does not apply.
+func unusedWarnings(source string, otherGates, keys []string) []string {
+	var warnings []string
 	if len(otherGates) > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%s: featureGates not used by pullguard: %s", source, strings.Join(otherGates, ", ")))
+		warnings = append(warnings, fmt.Sprintf("%s: featureGates not used by pullguard: %s", source, strings.Join(otherGates, ", ")))
 	}
 	var unused []string
 	for _, k := range keys {
@@ -272,9 +295,15 @@ func resolve(cfg *kubeletconfig.KubeletConfiguration, keys []string, file string
 		}
 	}
 	if len(unused) > 0 {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("%s: fields not used by pullguard: %s", source, strings.Join(unused, ", ")))
+		warnings = append(warnings, fmt.Sprintf("%s: fields not used by pullguard: %s", source, strings.Join(unused, ", ")))
 	}
-	return s, nil
+	return warnings
+}
+
+// invalid is an error about the configuration: what is wrong (format and
+// args) with the field of from, a file or a flag.
+func invalid(from, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, from, fmt.Sprintf(format, args...))
 }
 
 func firstSet(values ...string) string {
