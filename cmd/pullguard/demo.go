@@ -137,36 +137,11 @@ func randomPassword() string {
 }
 
 func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, format string) error {
-	pw := map[string]string{"alice": randomPassword(), "carol": randomPassword()}
-	reg, err := registry.New(registry.Config{
-		Users: []registry.User{{Name: "alice", Password: pw["alice"]}, {Name: "carol", Password: pw["carol"]}},
-		Repositories: []registry.Repository{
-			{Name: "team-a/app", Readers: []string{"alice", "carol"}},
-			{Name: "vendor/*", Readers: []string{"alice"}},
-		},
-	}, registry.WithBcryptCost(bcrypt.MinCost))
+	reg, fill, err := startDemoRegistry(ctx, rootDir)
 	if err != nil {
 		return err
 	}
 	defer reg.Close()
-	img, err := registry.Image(1, 2, 64<<10)
-	if err != nil {
-		return err
-	}
-	if _, err := reg.Push(ctx, "team-a/app", "v1", img); err != nil {
-		return err
-	}
-	// The preloaded image: side-loaded into the runtime, never pulled by the node.
-	agent, err := registry.Image(2, 1, 16<<10)
-	if err != nil {
-		return err
-	}
-	if err := preload(ctx, rootDir, reg.Host()+"/vendor/agent:1", agent); err != nil {
-		return err
-	}
-	fill := func(s string) string {
-		return strings.NewReplacer("{{REG}}", reg.Host(), "{{PW_alice}}", pw["alice"], "{{PW_carol}}", pw["carol"]).Replace(s)
-	}
 
 	fmt.Fprintf(out, "pullguard demo: registry %s (team-a/app readable by alice and carol; vendor/* by alice)\nstate in %s\n\n", reg.Host(), rootDir)
 	start := func() (*podworkers.Node, error) {
@@ -199,24 +174,11 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 			}
 			continue
 		}
-		m, err := podworkers.Load("demo", []byte(fill(demoSecrets+step.pods)))
+		differ, err := runDemoStep(ctx, n, reg, fill, step, t)
 		if err != nil {
 			return err
 		}
-		for i, p := range m.Pods {
-			reg.Reset()
-			one := &podworkers.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]}
-			r := n.Run(ctx, one)[0]
-			man, blob := reg.Count(registry.Filter{Kind: registry.KindManifest}), reg.Count(registry.Filter{Kind: registry.KindBlob})
-			w := step.want[i]
-			ok := r.Error == w.err && r.Pulled == w.pulled && (w.manifests < 0 || man == w.manifests) && (w.blobs < 0 || blob == w.blobs)
-			mark := "yes"
-			if !ok {
-				mark = "NO"
-				failures++
-			}
-			t.add(p.Namespace+"/"+p.Name, string(r.PullPolicy), outcome(r), fmt.Sprintf("%d manifest, %d blob", man, blob), why(r), mark)
-		}
+		failures += differ
 	}
 	if err := t.write(out, width); err != nil {
 		return err
@@ -225,6 +187,79 @@ func runDemo(ctx context.Context, out io.Writer, rootDir string, kept bool, form
 	if err := writeEvents(out, events, format == formatWide, width); err != nil {
 		return err
 	}
+	return writeDemoVerdict(out, failures, kept, rootDir)
+}
+
+// startDemoRegistry starts the demo's registry, where alice and carol (each
+// with a random password) may read team-a/app and alice vendor/*, pushes
+// team-a/app:v1 to it, and side-loads vendor/agent:1 into the embedded
+// runtime under rootDir as a preloaded image. fill puts the registry's host
+// and the passwords into a template's {{REG}}, {{PW_alice}} and
+// {{PW_carol}}. On success the caller closes the registry.
+func startDemoRegistry(ctx context.Context, rootDir string) (reg *registry.Registry, fill *strings.Replacer, err error) {
+	pw := map[string]string{"alice": randomPassword(), "carol": randomPassword()}
+	reg, err = registry.New(registry.Config{
+		Users: []registry.User{{Name: "alice", Password: pw["alice"]}, {Name: "carol", Password: pw["carol"]}},
+		Repositories: []registry.Repository{
+			{Name: "team-a/app", Readers: []string{"alice", "carol"}},
+			{Name: "vendor/*", Readers: []string{"alice"}},
+		},
+	}, registry.WithBcryptCost(bcrypt.MinCost))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			reg.Close()
+		}
+	}()
+	img, err := registry.Image(1, 2, 64<<10)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := reg.Push(ctx, "team-a/app", "v1", img); err != nil {
+		return nil, nil, err
+	}
+	// The preloaded image: side-loaded into the runtime, never pulled by the node.
+	agent, err := registry.Image(2, 1, 16<<10)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := preload(ctx, rootDir, reg.Host()+"/vendor/agent:1", agent); err != nil {
+		return nil, nil, err
+	}
+	return reg, strings.NewReplacer("{{REG}}", reg.Host(), "{{PW_alice}}", pw["alice"], "{{PW_carol}}", pw["carol"]), nil
+}
+
+// runDemoStep runs each of step's pods alone on n, with the demo's
+// secrets, counting the registry's requests of each, and adds a row per
+// pod to t. It returns how many pods' outcomes differ from the step's.
+func runDemoStep(ctx context.Context, n *podworkers.Node, reg *registry.Registry, fill *strings.Replacer, step demoStep, t *table) (differ int, err error) {
+	m, err := podworkers.Load("demo", []byte(fill.Replace(demoSecrets+step.pods)))
+	if err != nil {
+		return 0, err
+	}
+	for i, p := range m.Pods {
+		reg.Reset()
+		one := &podworkers.Manifests{Secrets: m.Secrets, ServiceAccounts: m.ServiceAccounts, Pods: m.Pods[i : i+1]}
+		r := n.Run(ctx, one)[0]
+		man, blob := reg.Count(registry.Filter{Kind: registry.KindManifest}), reg.Count(registry.Filter{Kind: registry.KindBlob})
+		w := step.want[i]
+		ok := r.Error == w.err && r.Pulled == w.pulled && (w.manifests < 0 || man == w.manifests) && (w.blobs < 0 || blob == w.blobs)
+		mark := "yes"
+		if !ok {
+			mark = "NO"
+			differ++
+		}
+		t.add(p.Namespace+"/"+p.Name, string(r.PullPolicy), outcome(r), fmt.Sprintf("%d manifest, %d blob", man, blob), why(r), mark)
+	}
+	return differ, nil
+}
+
+// writeDemoVerdict ends the demo's output: an error if failures outcomes
+// differed from the expected ones, else how to keep (or, kept, inspect)
+// the state in rootDir.
+func writeDemoVerdict(out io.Writer, failures int, kept bool, rootDir string) error {
 	if failures > 0 {
 		return fmt.Errorf("%d outcomes differ from the expected ones: the protection did not hold", failures)
 	}
