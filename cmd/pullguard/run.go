@@ -91,26 +91,9 @@ container starts, what was done is printed, and the exit code is 130 or 143.`,
 }
 
 func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) error {
-	if err := checkFormat(o.output); err != nil {
-		return err
-	}
-	// Every input is read and checked before any state is touched.
-	manifests, err := podworkers.ReadManifests(podworkers.ReadOptions{Recursive: o.recursive, Stdin: stdin}, o.files...)
+	manifests, settings, err := o.readInputs(stdin, stderr)
 	if err != nil {
 		return err
-	}
-	if o.providerConfig != "" {
-		if err := checkConfigSize(o.providerConfig); err != nil {
-			return err
-		}
-	}
-	settings, err := nodeconfig.LoadSettings(o.config, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy,
-		RuntimeEndpoint: o.runtimeEndpoint, ImageEndpoint: o.imageEndpoint})
-	if err != nil {
-		return err
-	}
-	for _, w := range settings.Warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
 	endpoint := settings.ImageEndpoint()
 	registerMetrics()
@@ -180,6 +163,33 @@ func (o *runOptions) run(ctx context.Context, stdin io.Reader, stdout, stderr io
 		return &stoppedError{sig: caught, done: len(results), total: containerCount(manifests)}
 	}
 	return nil
+}
+
+// readInputs reads and checks every input of the run before any state is
+// touched: the output format, the manifests, the size of the provider
+// config and the node's settings, whose warnings it writes to stderr.
+func (o *runOptions) readInputs(stdin io.Reader, stderr io.Writer) (*podworkers.Manifests, nodeconfig.Settings, error) {
+	if err := checkFormat(o.output); err != nil {
+		return nil, nodeconfig.Settings{}, err
+	}
+	manifests, err := podworkers.ReadManifests(podworkers.ReadOptions{Recursive: o.recursive, Stdin: stdin}, o.files...)
+	if err != nil {
+		return nil, nodeconfig.Settings{}, err
+	}
+	if o.providerConfig != "" {
+		if err := checkConfigSize(o.providerConfig); err != nil {
+			return nil, nodeconfig.Settings{}, err
+		}
+	}
+	settings, err := nodeconfig.LoadSettings(o.config, nodeconfig.Flags{FeatureGates: o.featureGates, Policy: o.policy,
+		RuntimeEndpoint: o.runtimeEndpoint, ImageEndpoint: o.imageEndpoint})
+	if err != nil {
+		return nil, nodeconfig.Settings{}, err
+	}
+	for _, w := range settings.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	return manifests, settings, nil
 }
 
 func (o *runOptions) writeMetrics(stderr io.Writer) error {
