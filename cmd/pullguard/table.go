@@ -134,78 +134,15 @@ func (t *table) addTitle(title string) {
 // write prints the table; with width > 0 the widest columns are cut, down
 // to their minimum, until each line fits in width.
 func (t *table) write(w io.Writer, width int) error {
-	widths := make([]int, len(t.cols))
-	for i, c := range t.cols {
-		widths[i] = utf8.RuneCountInString(c.header)
-		for _, r := range t.rows {
-			if r.cells != nil {
-				widths[i] = max(widths[i], utf8.RuneCountInString(r.cells[i]))
-			}
-		}
-	}
+	widths := t.naturalWidths()
 	if width > 0 {
-		total := func() int {
-			n := 2 * (len(widths) - 1)
-			for _, v := range widths {
-				n += v
-			}
-			return n
-		}
-		widest := func(firstOnly bool) int {
-			w := -1
-			for i, v := range widths {
-				c := t.cols[i]
-				if (!firstOnly || c.first) && v > max(c.min, utf8.RuneCountInString(c.header)) && (w < 0 || v > widths[w]) {
-					w = i
-				}
-			}
-			return w
-		}
-		for total() > width {
-			i := widest(true)
-			if i < 0 {
-				i = widest(false)
-			}
-			if i < 0 {
-				break // every column at its minimum
-			}
-			widths[i]--
-		}
-	}
-	var b strings.Builder
-	line := func(cells []string) {
-		// A wrapped cell makes the row as many lines as it needs; the
-		// other cells are on the first.
-		parts := make([][]string, len(cells))
-		height := 1
-		for i, c := range cells {
-			if t.cols[i].wrap {
-				parts[i] = wrapText(c, widths[i])
-			} else {
-				parts[i] = []string{cut(c, widths[i], t.cols[i].cutEnd)}
-			}
-			height = max(height, len(parts[i]))
-		}
-		for l := range height {
-			b.Reset()
-			for i := range cells {
-				c := ""
-				if l < len(parts[i]) {
-					c = parts[i][l]
-				}
-				b.WriteString(c)
-				if i < len(cells)-1 {
-					b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
-				}
-			}
-			fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-		}
+		t.fit(widths, width)
 	}
 	headers := make([]string, len(t.cols))
 	for i, c := range t.cols {
 		headers[i] = c.header
 	}
-	line(headers)
+	t.writeLine(w, headers, widths)
 	for _, r := range t.rows {
 		if r.cells == nil {
 			title := r.title
@@ -215,9 +152,89 @@ func (t *table) write(w io.Writer, width int) error {
 			fmt.Fprintln(w, title)
 			continue
 		}
-		line(r.cells)
+		t.writeLine(w, r.cells, widths)
 	}
 	return nil
+}
+
+// naturalWidths are the widths, in runes, of each column's widest cell or
+// header.
+func (t *table) naturalWidths() []int {
+	widths := make([]int, len(t.cols))
+	for i, c := range t.cols {
+		widths[i] = utf8.RuneCountInString(c.header)
+		for _, r := range t.rows {
+			if r.cells != nil {
+				widths[i] = max(widths[i], utf8.RuneCountInString(r.cells[i]))
+			}
+		}
+	}
+	return widths
+}
+
+// fit narrows widths until a line, its columns two spaces apart, fits in
+// width: a rune at a time from the widest column, the columns marked first
+// before the others, none below its minimum or its header. A table whose
+// columns are all at their minimum stays wider.
+func (t *table) fit(widths []int, width int) {
+	total := func() int {
+		n := 2 * (len(widths) - 1)
+		for _, v := range widths {
+			n += v
+		}
+		return n
+	}
+	widest := func(firstOnly bool) int {
+		w := -1
+		for i, v := range widths {
+			c := t.cols[i]
+			if (!firstOnly || c.first) && v > max(c.min, utf8.RuneCountInString(c.header)) && (w < 0 || v > widths[w]) {
+				w = i
+			}
+		}
+		return w
+	}
+	for total() > width {
+		i := widest(true)
+		if i < 0 {
+			i = widest(false)
+		}
+		if i < 0 {
+			break // every column at its minimum
+		}
+		widths[i]--
+	}
+}
+
+// writeLine prints one row of cells in columns of widths: a cell of a
+// wrapped column goes on over as many lines as it needs, the other cells,
+// cut to their width, are on the first.
+func (t *table) writeLine(w io.Writer, cells []string, widths []int) {
+	parts := make([][]string, len(cells))
+	height := 1
+	for i, c := range cells {
+		if t.cols[i].wrap {
+			parts[i] = wrapText(c, widths[i])
+		} else {
+			parts[i] = []string{cut(c, widths[i], t.cols[i].cutEnd)}
+		}
+		height = max(height, len(parts[i]))
+	}
+	var b strings.Builder
+	for l := range height {
+		b.Reset()
+		for i := range cells {
+			c := ""
+			if l < len(parts[i]) {
+				c = parts[i][l]
+			}
+			b.WriteString(c)
+			if i < len(cells)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(c)+2))
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
 }
 
 // wrapText breaks s into lines of at most n runes, at spaces; a word
