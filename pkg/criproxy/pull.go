@@ -109,45 +109,8 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 			},
 		}},
 	})
-	switch {
-	case errors.Is(err, guardedpull.ErrNoIntent):
-		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
-		countDecision("PullImage", "failed", 0)
-		return nil, status.Errorf(codes.Unavailable, "pullguard could not record the pull of %q before pulling; not pulling", image)
-	case err != nil && ctx.Err() != nil:
-		// The kubelet gave up on the pull (the pod went away), whichever
-		// step it was at, serve's own checks included: the caller's
-		// code (Canceled), not a check's verdict.
-		countDecision("PullImage", "failed", 0)
-		return nil, backendError("PullImage", err)
-	case errors.Is(err, guardedpull.ErrRefused):
-		// The registry's own answer to serve's manifest GET, given for
-		// the runtime's pull, which it would refuse the same. The error
-		// holds no credential.
-		countDecision("PullImage", "refused", 0)
-		code := codes.Unknown // as containerd answers a pull the registry refused
-		if errors.Is(err, criruntime.ErrNotFound) {
-			code = codes.NotFound
-		}
-		return nil, status.Errorf(code, "failed to pull image %q: %v", image, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		// serve's own verification ran out of time (the kubelet's pull
-		// has no deadline of its own): a registry that stalls gets its
-		// pod this error, never a held pull slot.
-		countDecision("PullImage", "timeout", 0)
-		return nil, status.Errorf(codes.DeadlineExceeded, "failed to pull image %q: %v", image, err)
-	case errors.Is(err, guardedpull.ErrUnverified):
-		// The backend may now hold the name for content the registry
-		// never served: nothing is recorded and the name requires
-		// verification. The error holds no credential.
-		countDecision("PullImage", "unverified", 0)
-		return nil, status.Errorf(codes.PermissionDenied, "pullguard: the registry did not serve the manifest of %q that the runtime resolved, so the pull is not accepted: %v", image, err)
-	case err != nil:
-		// The runtime's error, with every form of the credential removed
-		// (it may quote a registry that echoed it), keeps its code: the
-		// registry's 401 reaches the pod's events.
-		countDecision("PullImage", "failed", 0)
-		return nil, backendError("PullImage", err)
+	if err != nil {
+		return nil, pullFailure(ctx, logger, image, err)
 	}
 	s.calls.proved(image, podKey, meta.GetUid(), res.ID, cred)
 	if !res.Attempted {
@@ -158,6 +121,57 @@ func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest
 	countDecision("PullImage", "forwarded", 0)
 	logger.V(2).Info("Pulled through the runtime and recorded the credential", "imageRef", res.ID, "credential", res.Credential.Source.String())
 	return &runtimeapi.PullImageResponse{ImageRef: res.Ref}, nil
+}
+
+// pullFailure is the answer to a pull that failed with err, its decision
+// counted: Unavailable when the pull intent could not be recorded; the
+// backend's error when the kubelet gave up (ctx ended); the registry's
+// refusal of serve's manifest GET as containerd answers it (Unknown,
+// NotFound for a missing manifest); DeadlineExceeded when serve's own
+// requests ran out of time; PermissionDenied when the registry did not
+// serve the manifest the runtime resolved; else the backend's error with
+// its code. None holds the credential.
+func pullFailure(ctx context.Context, logger klog.Logger, image string, err error) error {
+	switch {
+	case errors.Is(err, guardedpull.ErrNoIntent):
+		logger.Error(err, "Refusing to pull: the pull intent could not be recorded")
+		countDecision("PullImage", "failed", 0)
+		return status.Errorf(codes.Unavailable, "pullguard could not record the pull of %q before pulling; not pulling", image)
+	case ctx.Err() != nil:
+		// The kubelet gave up on the pull (the pod went away), whichever
+		// step it was at, serve's own checks included: the caller's
+		// code (Canceled), not a check's verdict.
+		countDecision("PullImage", "failed", 0)
+		return backendError("PullImage", err)
+	case errors.Is(err, guardedpull.ErrRefused):
+		// The registry's own answer to serve's manifest GET, given for
+		// the runtime's pull, which it would refuse the same. The error
+		// holds no credential.
+		countDecision("PullImage", "refused", 0)
+		code := codes.Unknown // as containerd answers a pull the registry refused
+		if errors.Is(err, criruntime.ErrNotFound) {
+			code = codes.NotFound
+		}
+		return status.Errorf(code, "failed to pull image %q: %v", image, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		// serve's own verification ran out of time (the kubelet's pull
+		// has no deadline of its own): a registry that stalls gets its
+		// pod this error, never a held pull slot.
+		countDecision("PullImage", "timeout", 0)
+		return status.Errorf(codes.DeadlineExceeded, "failed to pull image %q: %v", image, err)
+	case errors.Is(err, guardedpull.ErrUnverified):
+		// The backend may now hold the name for content the registry
+		// never served: nothing is recorded and the name requires
+		// verification. The error holds no credential.
+		countDecision("PullImage", "unverified", 0)
+		return status.Errorf(codes.PermissionDenied, "pullguard: the registry did not serve the manifest of %q that the runtime resolved, so the pull is not accepted: %v", image, err)
+	default:
+		// The runtime's error, with every form of the credential removed
+		// (it may quote a registry that echoed it), keeps its code: the
+		// registry's 401 reaches the pod's events.
+		countDecision("PullImage", "failed", 0)
+		return backendError("PullImage", err)
+	}
 }
 
 // fromRecord answers a pull that follows its pod's presence check from
