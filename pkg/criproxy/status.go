@@ -71,27 +71,13 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	byID := kind == podCall && spec.GetImage() == img.GetId()
 	held := false
 	if kind == podCall {
-		var cred credential.Credential
-		var ok bool
-		name := spec.GetImage()
-		if byID {
-			// Decided under the name the pod pulled.
-			name, cred, held, ok = s.calls.proofByID(pod, img.GetId())
-		} else {
-			cred, held, ok = s.calls.proofOf(name, pod, img.GetId())
-		}
-		if ok {
-			req0.Image = name
-			if !cred.Hash.IsZero() {
-				req0.Credentials = func() []credential.Credential { return []credential.Credential{cred} }
+		var proven credtracker.Decision
+		if proven, held = s.decideByProof(req0, pod, byID); proven.Action == credtracker.UseImage {
+			countDecision("ImageStatus", "proven", proven.Reason)
+			if v := s.logger.V(2); v.Enabled() {
+				v.Info("Image is present for this pod: its pull proved a credential the records grant it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", proven.Reason)
 			}
-			if d := s.tracker.Decide(req0); d.Action == credtracker.UseImage {
-				countDecision("ImageStatus", "proven", d.Reason)
-				if v := s.logger.V(2); v.Enabled() {
-					v.Info("Image is present for this pod: its pull proved a credential the records grant it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
-				}
-				return resp, nil
-			}
+			return resp, nil
 		}
 	} else {
 		s.warnUnkeyed()
@@ -113,6 +99,29 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 		v.Info("Reporting a present image as absent: a pod must show credentials that pulled it, or pull it", "image", spec.GetImage(), "imageRef", img.GetId(), "reason", d.Reason)
 	}
 	return &runtimeapi.ImageStatusResponse{}, nil
+}
+
+// decideByProof decides req, a presence check of pod, again with the
+// credential that pod's own pull of the image proved, under the name that
+// pull used when the check is a look-up by the image's ID (byID): the
+// records may still grant pod the image. d is the zero Decision when pod
+// has no proof that may answer. held reports whether pod's pull of the
+// image succeeded at all, whatever image it got.
+func (s *Server) decideByProof(req credtracker.Request, pod string, byID bool) (d credtracker.Decision, held bool) {
+	var cred credential.Credential
+	var ok bool
+	if byID {
+		req.Image, cred, held, ok = s.calls.proofByID(pod, req.ImageRef)
+	} else {
+		cred, held, ok = s.calls.proofOf(req.Image, pod, req.ImageRef)
+	}
+	if !ok {
+		return credtracker.Decision{}, held
+	}
+	if !cred.Hash.IsZero() {
+		req.Credentials = func() []credential.Credential { return []credential.Credential{cred} }
+	}
+	return s.tracker.Decide(req), held
 }
 
 // warnUnkeyed says once, loudly, that presence checks arrive without the
