@@ -181,13 +181,12 @@ func runSize(ctx context.Context, c config, bin string, n int) error {
 // ListImages, reads its memory and CPU, then runs bursts of pods and reads
 // them again; serve is stopped by its PID before it returns.
 func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string, rt *fakeRuntime, ts []tenant, n, bursts int) (res result, err error) {
-	before0 := rt.calls()
+	before := rt.calls()
 	d, err := startServe(bin, root, sockDir, rtSocket)
 	if err != nil {
 		return res, err
 	}
 	defer d.stop()
-	pid := d.cmd.Process.Pid
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 
@@ -196,80 +195,116 @@ func measure(ctx context.Context, c config, bin, root, sockDir, rtSocket string,
 		return res, err
 	}
 	defer conn.Close()
-	// The kubelet's first full list (its image GC cache, the pull
-	// manager's initialization): serve forwards it and prunes its records
-	// against it.
-	t := time.Now()
-	list, err := runtimeapi.NewImageServiceClient(conn).ListImages(sctx, &runtimeapi.ListImagesRequest{})
-	if err != nil {
-		return res, fmt.Errorf("first ListImages: %w", err)
-	}
-	res.list, res.startup = time.Since(t), time.Since(d.started)
-	if len(list.GetImages()) != n {
-		return res, fmt.Errorf("serve listed %d images, want %d", len(list.GetImages()), n)
-	}
-	if res.afterStart, err = readProc(pid); err != nil {
-		return res, err
-	}
-	res.startCPU = res.afterStart.cpu
-	res.startCalls = rt.calls().minus(before0)
-	if res.heapStart, err = d.metric("go_memstats_heap_inuse_bytes"); err != nil {
-		return res, err
-	}
-	if c.smaps > 0 {
-		top, err := topMappings(pid, c.smaps)
-		if err != nil {
-			return res, err
-		}
-		fmt.Print(top)
-	}
-	if err := d.saveHeapProfile(c.pprof, fmt.Sprintf("heap-%d-%s-start.pb.gz", n, filepath.Base(root))); err != nil {
+	s := serveStart{c: c, d: d, rt: rt, n: n, root: root}
+	if err := s.measureStartup(sctx, conn, before, &res); err != nil {
 		return res, err
 	}
 	if bursts == 0 {
 		return res, nil
 	}
+	return res, s.measurePods(sctx, ts, bursts, &res)
+}
 
-	client, err := criruntime.NewRemote(sctx, "unix://"+d.socket, time.Minute) // the kubelet's call semantics
+// serveStart is one start of serve under measure: serve d, on root, in
+// front of rt, which holds n images.
+type serveStart struct {
+	c    config
+	d    *daemon
+	rt   *fakeRuntime
+	n    int
+	root string
+}
+
+// measureStartup fills in res's start-up figures, once serve answered
+// first on conn: the kubelet's first full ListImages through conn (it must
+// list every image) and the start-up's end; then serve's memory, CPU and
+// what it asked the runtime since before (the runtime's calls before
+// serve started), its heap, and, as c asks, its largest mappings and a
+// heap profile.
+func (s serveStart) measureStartup(ctx context.Context, conn *grpc.ClientConn, before calls, res *result) error {
+	// The kubelet's first full list (its image GC cache, the pull
+	// manager's initialization): serve forwards it and prunes its records
+	// against it.
+	t := time.Now()
+	list, err := runtimeapi.NewImageServiceClient(conn).ListImages(ctx, &runtimeapi.ListImagesRequest{})
 	if err != nil {
-		return res, err
+		return fmt.Errorf("first ListImages: %w", err)
+	}
+	res.list, res.startup = time.Since(t), time.Since(s.d.started)
+	if len(list.GetImages()) != s.n {
+		return fmt.Errorf("serve listed %d images, want %d", len(list.GetImages()), s.n)
+	}
+	pid := s.d.cmd.Process.Pid
+	if res.afterStart, err = readProc(pid); err != nil {
+		return err
+	}
+	res.startCPU = res.afterStart.cpu
+	res.startCalls = s.rt.calls().minus(before)
+	if res.heapStart, err = s.d.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return err
+	}
+	if s.c.smaps > 0 {
+		top, err := topMappings(pid, s.c.smaps)
+		if err != nil {
+			return err
+		}
+		fmt.Print(top)
+	}
+	return s.saveHeapProfile("start")
+}
+
+// measurePods runs bursts bursts of c.pods pods of the tenants ts
+// against serve, as the kubelet calls it, and fills in res's figures
+// after them: the latencies, what serve asked the runtime, its memory,
+// CPU and heap, and, as c asks, a heap profile. serve must have answered
+// every pull from its records.
+func (s serveStart) measurePods(ctx context.Context, ts []tenant, bursts int, res *result) error {
+	client, err := criruntime.NewRemote(ctx, "unix://"+s.d.socket, time.Minute) // the kubelet's call semantics
+	if err != nil {
+		return err
 	}
 	defer client.Close(context.Background())
 	const answered = `pullguard_criproxy_decisions_total{method="PullImage",outcome="answered",`
-	before, err := d.metric(answered)
+	before, err := s.d.metric(answered)
 	if err != nil {
 		before = 0 // no answer yet: the series does not exist
 	}
-	before1 := rt.calls()
-	rng := rand.New(rand.NewPCG(uint64(n), 1))
+	beforeCalls := s.rt.calls()
+	rng := rand.New(rand.NewPCG(uint64(s.n), 1))
 	for range bursts {
-		lat, err := burst(sctx, client, rt, ts, c.pods, rng)
+		lat, err := burst(ctx, client, s.rt, ts, s.c.pods, rng)
 		if err != nil {
-			return res, err
+			return err
 		}
 		for _, l := range lat {
 			res.status, res.pull, res.pod = append(res.status, l.status), append(res.pull, l.pull), append(res.pod, l.pod)
 		}
 	}
-	res.podCalls = rt.calls().minus(before1)
-	if res.afterPods, err = readProc(pid); err != nil {
-		return res, err
+	res.podCalls = s.rt.calls().minus(beforeCalls)
+	if res.afterPods, err = readProc(s.d.cmd.Process.Pid); err != nil {
+		return err
 	}
 	res.podsCPU = res.afterPods.cpu - res.afterStart.cpu
-	if res.heapPods, err = d.metric("go_memstats_heap_inuse_bytes"); err != nil {
-		return res, err
+	if res.heapPods, err = s.d.metric("go_memstats_heap_inuse_bytes"); err != nil {
+		return err
 	}
-	if err := d.saveHeapProfile(c.pprof, fmt.Sprintf("heap-%d-%s-pods.pb.gz", n, filepath.Base(root))); err != nil {
-		return res, err
+	if err := s.saveHeapProfile("pods"); err != nil {
+		return err
 	}
-	got, err := d.metric(answered)
+	got, err := s.d.metric(answered)
 	if err != nil {
-		return res, err
+		return err
 	}
-	if want := float64(bursts * c.pods); got-before != want {
-		return res, fmt.Errorf("serve answered %v pulls from its records, want %v", got-before, want)
+	if want := float64(bursts * s.c.pods); got-before != want {
+		return fmt.Errorf("serve answered %v pulls from its records, want %v", got-before, want)
 	}
-	return res, nil
+	return nil
+}
+
+// saveHeapProfile saves serve's heap profile after phase ("start",
+// "pods") into c.pprof, if set.
+func (s serveStart) saveHeapProfile(phase string) error {
+	return s.d.saveHeapProfile(s.c.pprof, fmt.Sprintf("heap-%d-%s-%s.pb.gz", s.n, filepath.Base(s.root), phase))
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
