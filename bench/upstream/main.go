@@ -141,7 +141,31 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 	if err := s.pg.reset(); err != nil {
 		return err
 	}
-	// Start-up and heap, in alternating order.
+	if err := measureOpens(ctx, r, s, res); err != nil {
+		return err
+	}
+	if r == 0 {
+		if err := checkRefusals(ctx, s, rng); err != nil {
+			return err
+		}
+	}
+	if err := measureDecisions(ctx, cfg, r, s, rng, res); err != nil {
+		return err
+	}
+	upstreamWrites, err := measureWrites(ctx, cfg, r, s, res)
+	if err != nil {
+		return err
+	}
+	if err := s.pg.close(); err != nil {
+		return err
+	}
+	return s.up.close(upstreamWrites)
+}
+
+// measureOpens opens both implementations' stores, timing each and reading
+// its heap, the upstream first in even rounds r, pullguard first in odd
+// ones.
+func measureOpens(ctx context.Context, r int, s *subject, res *results) error {
 	opens := []func() error{
 		func() error { return res.open(upstreamSide, s.up.n, func() error { return s.up.open(ctx) }) },
 		func() error { return res.open(pullguardSide, s.pg.n, func() error { return s.pg.open(ctx) }) },
@@ -154,15 +178,13 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 			return err
 		}
 	}
+	return nil
+}
 
-	if r == 0 {
-		if err := checkRefusals(ctx, s, rng); err != nil {
-			return err
-		}
-	}
-
-	// Decisions: for each workload, the harness loop and the decision loop
-	// of each implementation, in alternating order.
+// measureDecisions measures, for each workload of s, the harness loop and
+// the decision loop of each implementation, in alternating order (the
+// upstream first in even rounds r).
+func measureDecisions(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, res *results) error {
 	workloads := []struct {
 		name string
 		s    stream
@@ -196,8 +218,14 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 			res.decision(s.n, p.side, w.name, d, h)
 		}
 	}
+	return nil
+}
 
-	// Writes, in alternating order; then check the last one took.
+// measureWrites measures each implementation's writes, in alternating
+// order (the upstream first in even rounds r), and checks that the last
+// write of each took. It returns how many records the upstream wrote,
+// which its close removes.
+func measureWrites(ctx context.Context, cfg config, r int, s *subject, res *results) (upstreamWrites int, err error) {
 	type writer struct {
 		side    string
 		write   func(k int) error
@@ -210,22 +238,20 @@ func round(ctx context.Context, cfg config, r int, s *subject, rng *rand.Rand, r
 	if r%2 == 1 {
 		writers[0], writers[1] = writers[1], writers[0]
 	}
-	counts := map[string]int{}
 	for _, w := range writers {
 		ns, k, err := writesPer(w.write, cfg.writeTime, cfg.minWrites)
-		counts[w.side] = k
+		if w.side == upstreamSide {
+			upstreamWrites = k
+		}
 		if err != nil {
-			return fmt.Errorf("%s writes: %w", w.side, err)
+			return 0, fmt.Errorf("%s writes: %w", w.side, err)
 		}
 		if !w.written(k - 1) {
-			return fmt.Errorf("%s writes: the last record written is not known afterwards", w.side)
+			return 0, fmt.Errorf("%s writes: the last record written is not known afterwards", w.side)
 		}
 		res.write(s.n, w.side, ns, k)
 	}
-	if err := s.pg.close(); err != nil {
-		return err
-	}
-	return s.up.close(counts[upstreamSide])
+	return upstreamWrites, nil
 }
 
 // checkRefusals makes sure both implementations refuse a pod that holds
