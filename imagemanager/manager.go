@@ -2,7 +2,6 @@ package imagemanager
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"time"
 
@@ -146,11 +145,11 @@ func New(images ImageService, tracker credtracker.Tracker, recorder record.Event
 		if h, ok := tracker.(interface{ Hasher() *credential.Hasher }); ok {
 			m.hasher = h.Hasher()
 		} else {
-			key := make([]byte, credential.KeySize)
-			if _, err := rand.Read(key); err != nil {
-				return nil, fmt.Errorf("image manager: failed to make a hash key: %w", err)
+			h, err := credential.NewRandomHasher()
+			if err != nil {
+				return nil, fmt.Errorf("image manager: %w", err)
 			}
-			m.hasher, _ = credential.NewHasher(key)
+			m.hasher = h
 		}
 	}
 	if m.maxParallel < 0 || m.qps < 0 || m.burst < 0 {

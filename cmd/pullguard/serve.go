@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -375,11 +374,7 @@ func (o *serveOptions) openBackend(ctx context.Context, c checkedServe, logger k
 
 func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend criproxy.Backend, logger klog.Logger) (credtracker.Tracker, *credential.Hasher, error) {
 	if !c.settings.Gates.EnsureSecretPulledImages {
-		key := make([]byte, credential.KeySize)
-		if _, err := rand.Read(key); err != nil {
-			return nil, nil, err
-		}
-		h, err := credential.NewHasher(key)
+		h, err := credential.NewRandomHasher()
 		return credtracker.Disabled(), h, err
 	}
 	inv := guardedpull.Inventory(backend)

@@ -264,3 +264,15 @@ func TestLoadOrCreateSharedHasher(t *testing.T) {
 		assert.Equal(t, "short", string(data))
 	})
 }
+
+// TestNewRandomHasher: each hasher has a key of its own: one credential
+// hashes alike under one hasher and differently under two.
+func TestNewRandomHasher(t *testing.T) {
+	a, err := credential.NewRandomHasher()
+	require.NoError(t, err)
+	b, err := credential.NewRandomHasher()
+	require.NoError(t, err)
+	auth := credential.AuthConfig{Username: "alice", Password: "pw-alice-7Qe"}
+	assert.Equal(t, a.Hash("registry.example", auth), a.Hash("registry.example", auth))
+	assert.NotEqual(t, a.Hash("registry.example", auth), b.Hash("registry.example", auth))
+}

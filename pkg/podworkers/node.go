@@ -2,7 +2,6 @@ package podworkers
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -178,12 +177,7 @@ func (n *Node) openRuntime(ctx context.Context, cfg Config, logger klog.Logger) 
 func (n *Node) openTracker(ctx context.Context, cfg Config, logger klog.Logger) (*credential.Hasher, error) {
 	if !cfg.Settings.Gates.EnsureSecretPulledImages {
 		n.Tracker = credtracker.Disabled()
-		key := make([]byte, credential.KeySize)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-		hasher, _ := credential.NewHasher(key)
-		return hasher, nil
+		return credential.NewRandomHasher()
 	}
 	tr, err := credtracker.New(ctx, credtracker.Config{
 		Dir:       filepath.Join(cfg.RootDir, TrackerDir),
