@@ -166,6 +166,16 @@ func TestCredentialProviderPassesThrough(t *testing.T) {
 		{name: "the wrong apiVersion", stdin: wrapRequest, args: []string{"-mode", "good", "-api-version", "credentialprovider.kubelet.k8s.io/v1beta1"}, note: "not announced to serve"},
 		{name: "a service account's token", stdin: saRequest, args: []string{"-mode", "good"}},
 		{name: "a request that does not decode", stdin: `{"kind":"CredentialProviderRequest","image":"` + wrapImage + `"}`, args: []string{"-mode", "good"}, note: "not announced to serve"},
+		// The kubelet decodes answers strictly: one it refuses is not
+		// announced, though the kubelet got it (and did not use it).
+		{name: "an unknown field", stdin: wrapRequest, args: []string{"-mode", "good", "-extra", `"future":true`}, note: "an unknown field"},
+		{name: "a miscased field", stdin: wrapRequest, args: []string{"-mode", "good", "-extra", `"Auth":{}`}, note: "auth miscased"},
+		{name: "a duplicated field", stdin: wrapRequest, args: []string{"-mode", "good", "-extra", `"auth":{}`}, note: "duplicated auth"},
+		{name: "an unknown field in an auth entry (auth given twice)", stdin: wrapRequest, args: []string{"-mode", "good", "-auth-keys", "", "-extra", `"auth":{"` + wrapRegistry + `":{"username":"u","password":"p","auth":"dTpw"}}`}, note: "an unknown or miscased one in auth"},
+		// A negative cacheDuration: the kubelet uses the answer for the
+		// look-up that ran the plugin, and does not cache it.
+		{name: "a negative cacheDuration", stdin: wrapRequest, args: []string{"-mode", "good", "-duration", "-1m"}, announced: true},
+		{name: "a request the kubelet does not write", stdin: `{"apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","kind":"CredentialProviderRequest","image":"` + wrapImage + `","serviceAccountToken":"` + saToken + `"}`, args: []string{"-mode", "good"}, note: "the kubelet's request: request has an unknown, duplicated or miscased field"},
 		{name: "announcing fails", stdin: wrapRequest, args: []string{"-mode", "good"}, breakRoot: true, note: "not announced to serve"},
 		{name: "stderr past its bound", stdin: wrapRequest, args: []string{"-mode", "hugeerr"}, announced: false, note: "stderr was cut at 65536 bytes"},
 	}

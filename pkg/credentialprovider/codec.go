@@ -1,26 +1,32 @@
 package credentialprovider
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	jsonserializer "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	credentialproviderapi "k8s.io/kubelet/pkg/apis/credentialprovider"
 	"k8s.io/kubelet/pkg/apis/credentialprovider/install"
 )
 
+// The kubelet's codec for the credentialprovider.kubelet.k8s.io API
+// (k8s.io/kubernetes pkg/credentialprovider/plugin): every version
+// installed, strict decoding. It encodes the requests pullguard sends and
+// decodes the responses it reads and the requests the wrapper reads.
 var (
-	requestScheme = runtime.NewScheme()
-	requestCodecs = serializer.NewCodecFactory(requestScheme)
+	apiScheme = runtime.NewScheme()
+	apiCodecs = serializer.NewCodecFactory(apiScheme, serializer.EnableStrict)
+	// apiDecoder decodes any version into the internal types, as the
+	// kubelet's UniversalDecoder does.
+	apiDecoder = apiCodecs.UniversalDecoder()
 )
 
 func init() {
-	install.Install(requestScheme)
+	install.Install(apiScheme)
 }
 
 // requestEncoder encodes CredentialProviderRequests in one apiVersion.
@@ -33,11 +39,11 @@ func newRequestEncoder(apiVersion string) (requestEncoder, error) {
 	if err != nil {
 		return requestEncoder{}, err
 	}
-	info, ok := runtime.SerializerInfoForMediaType(requestCodecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
+	info, ok := runtime.SerializerInfoForMediaType(apiCodecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
 	if !ok {
 		return requestEncoder{}, errors.New("no JSON serializer")
 	}
-	return requestEncoder{enc: requestCodecs.EncoderForVersion(info.Serializer, gv)}, nil
+	return requestEncoder{enc: apiCodecs.EncoderForVersion(info.Serializer, gv)}, nil
 }
 
 // encode returns the request as JSON in the encoder's version. Fields the
@@ -51,98 +57,82 @@ func (e requestEncoder) encode(image, token string, annotations map[string]strin
 	})
 }
 
-// Response is a checked CredentialProviderResponse.
+// Response is a CredentialProviderResponse as the kubelet uses it.
 type Response struct {
 	// CacheKeyType is Image, Registry or Global.
 	CacheKeyType credentialproviderapi.PluginCacheKeyType
-	// CacheDuration is the response's cacheDuration, or nil when unset.
+	// CacheDuration is the response's cacheDuration, or nil when unset
+	// (the provider's defaultCacheDuration applies). Zero or negative:
+	// the kubelet does not cache the answer (a negative one it stores
+	// already expired).
 	CacheDuration *time.Duration
-	// Auth maps image patterns to credentials.
+	// Auth maps image patterns to credentials, keys unchecked (see
+	// DecodeResponse).
 	Auth map[string]credentialproviderapi.AuthConfig
 }
 
-// wireResponse mirrors the JSON of every CredentialProviderResponse
-// version (they are identical). It is decoded with encoding/json rather
-// than the apimachinery codec so that every error message is written here
-// and none can quote the plugin's output (metav1.Duration's, for one,
-// quotes the bad value).
-type wireResponse struct {
-	APIVersion    string                                      `json:"apiVersion"`
-	Kind          string                                      `json:"kind"`
-	CacheKeyType  string                                      `json:"cacheKeyType"`
-	CacheDuration *string                                     `json:"cacheDuration"`
-	Auth          map[string]credentialproviderapi.AuthConfig `json:"auth"`
-}
+const (
+	responseKind = "CredentialProviderResponse"
+	requestKind  = "CredentialProviderRequest"
+)
 
-const responseKind = "CredentialProviderResponse"
-
-// DecodeResponse decodes and checks a plugin's stdout against the request's
-// apiVersion: the apiVersion must equal it, the kind must be
-// CredentialProviderResponse, cacheKeyType one of Image, Registry and
-// Global, and cacheDuration a non-negative duration. Auth keys are not
-// checked, as the kubelet does not check them: keyring.ConfigKey files
-// each, and one it rejects is left out. Unknown fields are ignored, for plugins newer than this
-// package. Errors describe the problem (a JSON syntax error's offset, the
-// field with a wrong type) and never quote the output.
+// DecodeResponse decodes a plugin's stdout as the kubelet v1.36 does
+// (execPlugin.ExecPlugin and pluginProvider.provide), with the kubelet's
+// own decoders, and accepts exactly the responses the kubelet uses:
+//
+//   - the apiVersion, read as apimachinery's JSON meta factory reads it,
+//     equals apiVersion (the provider's);
+//   - the whole output then decodes with the strict codec: one JSON
+//     object whose field names are the API's, in their case, none twice
+//     (at any depth, auth keys included), with the right JSON types and a
+//     cacheDuration that time.ParseDuration reads (negative too);
+//   - the kind is CredentialProviderResponse;
+//   - cacheKeyType is Image, Registry or Global.
+//
+// Auth keys are not checked, as the kubelet does not check them:
+// keyring.ConfigKey files each, and one it rejects is left out.
+//
+// The errors describe the problem in words of their own (a JSON syntax
+// error's offset, a field of the API by name) and never hold any of the
+// output, which holds credentials: not a value, nor a field name the API
+// does not have, nor an auth key.
 func DecodeResponse(apiVersion string, data []byte) (*Response, error) {
 	if len(data) == 0 {
 		return nil, errors.New("empty output")
 	}
-	var w wireResponse
-	if err := json.Unmarshal(data, &w); err != nil {
-		return nil, describeJSONError(err)
+	gvk, err := jsonserializer.DefaultMetaFactory.Interpret(data)
+	if err != nil {
+		return nil, describeTypeMeta(subjectResponse, data)
 	}
-	if w.APIVersion != apiVersion {
-		if w.APIVersion == "" {
+	if got := gvk.GroupVersion().String(); got != apiVersion {
+		if got == "" {
 			return nil, errors.New("response has no apiVersion")
 		}
 		return nil, fmt.Errorf("response apiVersion differs from the request's %q", apiVersion)
 	}
-	if w.Kind != responseKind {
-		return nil, fmt.Errorf("response kind is not %s", responseKind)
+	obj, err := decodeAs(subjectResponse, data)
+	if err != nil {
+		return nil, err
 	}
-	r := &Response{Auth: w.Auth}
-	switch t := credentialproviderapi.PluginCacheKeyType(w.CacheKeyType); t {
+	r, ok := obj.(*credentialproviderapi.CredentialProviderResponse)
+	if !ok {
+		return nil, fmt.Errorf("response decodes to %T, not a CredentialProviderResponse", obj)
+	}
+	out := &Response{CacheKeyType: r.CacheKeyType, Auth: r.Auth}
+	switch r.CacheKeyType {
 	case credentialproviderapi.ImagePluginCacheKeyType,
 		credentialproviderapi.RegistryPluginCacheKeyType,
 		credentialproviderapi.GlobalPluginCacheKeyType:
-		r.CacheKeyType = t
 	case "":
 		return nil, errors.New("response has no cacheKeyType (want Image, Registry or Global)")
 	default:
 		return nil, errors.New("response cacheKeyType is not Image, Registry or Global")
 	}
-	if w.CacheDuration != nil {
-		d, err := time.ParseDuration(*w.CacheDuration)
-		if err != nil {
-			return nil, errors.New("response cacheDuration is not a duration")
-		}
-		if d < 0 {
-			return nil, errors.New("response cacheDuration is negative")
-		}
-		r.CacheDuration = &d
+	if r.CacheDuration != nil {
+		d := r.CacheDuration.Duration
+		out.CacheDuration = &d
 	}
-	return r, nil
-}
-
-// describeJSONError turns a decoding error into a message without any of
-// the input.
-func describeJSONError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Errorf("malformed JSON at offset %d", syn.Offset)
-	case errors.As(err, &typ):
-		if typ.Field == "" {
-			return fmt.Errorf("response is not a JSON object (at offset %d)", typ.Offset)
-		}
-		// Field may hold map keys (auth patterns) after the first dot.
-		top, _, _ := strings.Cut(typ.Field, ".")
-		return fmt.Errorf("response field %q has the wrong JSON type (at offset %d)", top, typ.Offset)
-	default:
-		return errors.New("response cannot be decoded")
-	}
+	return out, nil
 }
 
 // Request is what a pass-through reads of a CredentialProviderRequest
@@ -155,36 +145,53 @@ type Request struct {
 	ServiceAccountToken string
 }
 
-// requestKind is the kind of every CredentialProviderRequest.
-const requestKind = "CredentialProviderRequest"
-
-// DecodeRequest reads a CredentialProviderRequest of any version (their
-// JSON is the same), checking its kind and that its apiVersion is one this
-// package knows. Unknown fields are ignored. Errors never quote the data,
-// which may hold a service account token.
+// DecodeRequest reads a CredentialProviderRequest of any
+// credentialprovider.kubelet.k8s.io version with the strict codec the
+// kubelet encodes it with: a request the kubelet did not write (a field
+// the version does not have, a field twice or miscased) is refused, as is
+// one without an image. Errors never hold the data, which may hold a
+// service account token.
 func DecodeRequest(data []byte) (Request, error) {
-	var w struct {
-		APIVersion          string `json:"apiVersion"`
-		Kind                string `json:"kind"`
-		Image               string `json:"image"`
-		ServiceAccountToken string `json:"serviceAccountToken"`
+	if len(data) == 0 {
+		return Request{}, errors.New("empty request")
 	}
-	if err := json.Unmarshal(data, &w); err != nil {
-		return Request{}, describeJSONError(err)
+	gvk, err := jsonserializer.DefaultMetaFactory.Interpret(data)
+	if err != nil {
+		return Request{}, describeTypeMeta(subjectRequest, data)
 	}
-	if w.Kind != requestKind {
-		return Request{}, fmt.Errorf("request kind is not %s", requestKind)
-	}
-	if !knownRequestVersion(w.APIVersion) {
+	if !knownAPIVersion(gvk.GroupVersion()) {
 		return Request{}, errors.New("request apiVersion is not a credentialprovider.kubelet.k8s.io version")
 	}
-	if w.Image == "" {
+	obj, err := decodeAs(subjectRequest, data)
+	if err != nil {
+		return Request{}, err
+	}
+	r, ok := obj.(*credentialproviderapi.CredentialProviderRequest)
+	if !ok {
+		return Request{}, fmt.Errorf("request decodes to %T, not a CredentialProviderRequest", obj)
+	}
+	if r.Image == "" {
 		return Request{}, errors.New("request has no image")
 	}
-	return Request{APIVersion: w.APIVersion, Image: w.Image, ServiceAccountToken: w.ServiceAccountToken}, nil
+	return Request{APIVersion: gvk.GroupVersion().String(), Image: r.Image, ServiceAccountToken: r.ServiceAccountToken}, nil
 }
 
-func knownRequestVersion(v string) bool {
-	gv, err := schema.ParseGroupVersion(v)
-	return err == nil && gv.Group == credentialproviderapi.GroupName && requestScheme.IsVersionRegistered(gv)
+// decodeAs decodes data with the strict codec into the internal type of
+// s's kind, refusing another kind or group as the kubelet's decodeResponse
+// does.
+func decodeAs(s subject, data []byte) (runtime.Object, error) {
+	obj, gvk, err := apiDecoder.Decode(data, nil, nil)
+	// A strict-decoding error comes with the object: a wrong kind is
+	// said first.
+	if (err == nil || runtime.IsStrictDecodingError(err)) && gvk != nil && (gvk.Kind != s.kind || gvk.Group != credentialproviderapi.GroupName) {
+		return nil, fmt.Errorf("%s kind is not %s", s.name, s.kind)
+	}
+	if err != nil {
+		return nil, describeDecodeError(s, data, err)
+	}
+	return obj, nil
+}
+
+func knownAPIVersion(gv schema.GroupVersion) bool {
+	return gv.Group == credentialproviderapi.GroupName && apiScheme.IsVersionRegistered(gv)
 }

@@ -124,6 +124,25 @@ func TestPluginFailures(t *testing.T) {
 			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
 			wantErr: "cacheKeyType is not Image, Registry or Global",
 		},
+		// Refused by the kubelet's strict decoding, as here.
+		{
+			name:      "unknown field",
+			args:      []string{"-extra", `"future":"pass:x"`},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "response has an unknown, duplicated or miscased field: an unknown field",
+		},
+		{
+			name:      "duplicated field",
+			args:      []string{"-extra", `"cacheKeyType":"Global"`},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "duplicated cacheKeyType",
+		},
+		{
+			name:      "miscased field",
+			args:      []string{"-extra", `"CacheDuration":"1h"`},
+			wantErrIs: cp.ErrInvalidResponse, wantKind: cp.KindInvalidResponse,
+			wantErr: "cacheDuration miscased",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

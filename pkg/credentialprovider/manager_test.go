@@ -116,6 +116,7 @@ func TestCacheDuration(t *testing.T) {
 		{name: "default duration", defaultCache: time.Minute, wantRuns: []int{1, 1, 2}},
 		{name: "response duration wins", defaultCache: time.Hour, respDuration: "1m", wantRuns: []int{1, 1, 2}},
 		{name: "response zero disables caching", defaultCache: time.Hour, respDuration: "0s", wantRuns: []int{1, 2, 3}},
+		{name: "response negative disables caching", defaultCache: time.Hour, respDuration: "-1m", wantRuns: []int{1, 2, 3}},
 		{name: "default zero disables caching", defaultCache: 0, wantRuns: []int{1, 2, 3}},
 	}
 	for _, tt := range tests {

@@ -31,6 +31,10 @@
 //	                 TESTPLUGIN_SECRET and the password it answers, plain,
 //	                 base64 (alone and in user:password), JSON- and URL-escaped
 //
+// -extra FIELDS adds raw JSON members (`"future":true`) at the end of the
+// answer's object: fields the kubelet does not know, has twice or in
+// another case.
+//
 // -leave setsid starts, before the mode's behaviour, a grandchild in a new
 // session (out of the plugin's process group) that sleeps forever; -leave
 // daemon double-forks one (an intermediate in a new session starts it in
@@ -105,6 +109,7 @@ func main() {
 	gate := flag.String("gate", "", "file whose number must reach the run's before it answers")
 	account := flag.String("account", "", "file with username:password, for -mode account (and the username for -mode mint)")
 	minted := flag.String("minted", "", "file -mode mint appends each minted username:password to")
+	extra := flag.String("extra", "", "raw JSON members added at the end of the answer's object")
 	flag.Parse()
 
 	switch *mode {
@@ -249,8 +254,15 @@ func main() {
 		}
 		resp.Auth[key] = a
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(resp); err != nil {
+	out, err := json.Marshal(resp)
+	if err != nil {
 		fail("encode: %v", err)
+	}
+	if *extra != "" {
+		out = append(append(out[:len(out)-1], ","+*extra...), '}')
+	}
+	if _, err := os.Stdout.Write(append(out, '\n')); err != nil {
+		fail("write: %v", err)
 	}
 }
 
