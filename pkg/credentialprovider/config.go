@@ -116,10 +116,13 @@ func init() {
 }
 
 // LoadConfig reads a CredentialProviderConfig from path, a file or a
-// directory. For a directory, as in the kubelet, only the regular files
-// named *.json, *.yaml or *.yml are read, in name order (files reached
-// through symbolic links count, so a mounted ConfigMap works); anything
-// else, such as a README, is ignored. Each file holds one
+// directory. For a directory, as in the kubelet, the entries named
+// *.json, *.yaml or *.yml that are not directories are read, in name order
+// (files reached through symbolic links count, so a mounted ConfigMap
+// works); one that is not a regular file (a link to a directory, a FIFO)
+// is an error, as the kubelet fails on it (or, for a FIFO, waits for
+// ever); anything else, such as a README or a directory named conf.yaml,
+// is ignored. Each file holds one
 // CredentialProviderConfig of apiVersion kubelet.config.k8s.io/v1, v1beta1
 // or v1alpha1, in JSON or YAML, decoded strictly: unknown or duplicate
 // fields are errors. The result is validated (see Validate) except for the
@@ -209,14 +212,21 @@ func configFiles(path string) ([]string, error) {
 		default:
 			continue
 		}
+		if e.IsDir() {
+			continue // as the kubelet: a directory, not a link to one
+		}
+		// The kubelet reads every other entry, and fails on one that is
+		// not a file (a link to a directory, a socket) or waits for it
+		// for ever (a FIFO): refused.
 		full := filepath.Join(path, e.Name())
 		st, err := os.Stat(full) // follows symbolic links
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
-		if st.Mode().IsRegular() {
-			files = append(files, full)
+		if !st.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w: %q in directory %q is not a regular file", ErrInvalidConfig, e.Name(), path)
 		}
+		files = append(files, full)
 	}
 	if len(files) == 0 {
 		return nil, fmt.Errorf("%w: no configuration files in directory %q", ErrInvalidConfig, path)
