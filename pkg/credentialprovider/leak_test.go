@@ -96,3 +96,47 @@ func TestPluginPosingAsStartFailureIsScrubbed(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestRefusedAnswersNeverQuoteThem: an answer the kubelet refuses, its
+// password (the test plugin's "pass:<image>") also put where a decoder's
+// message would quote it (an unknown field's name, a bad cacheDuration, an
+// auth key given twice, a miscased field's value), gives an error and a
+// log, at the highest verbosity, that hold the password in no form.
+func TestRefusedAnswersNeverQuoteThem(t *testing.T) {
+	const image = "registry.example/app"
+	const password = "pass:" + image
+	tests := []struct{ name, extra string }{
+		{name: "an unknown field named by it", extra: `"` + password + `":1`},
+		{name: "a bad cacheDuration", extra: `"cacheDuration":"` + password + `"`},
+		{name: "cacheKeyType twice", extra: `"cacheKeyType":"` + password + `"`},
+		{name: "an auth key twice", extra: `"auth":{"` + password + `":{},"` + password + `":{}}`},
+		{name: "a miscased field", extra: `"Kind":"` + password + `"`},
+		{name: "an unknown field in an auth entry", extra: `"auth":{"` + image + `":{"username":"u","password":"` + password + `","` + password + `":1}}`},
+		{name: "a password of the wrong type", extra: `"auth":{"` + image + `":{"username":"u","password":7}}`},
+	}
+	for _, tt := range tests {
+		extra := tt.extra
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var logs strings.Builder
+			logger := funcr.New(func(prefix, args string) {
+				mu.Lock()
+				defer mu.Unlock()
+				logs.WriteString(prefix + " " + args + "\n")
+			}, funcr.Options{Verbosity: 10})
+			e := newEnv(t)
+			m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, "-extra", extra)}, cp.WithLogger(logger))
+
+			got, err := m.ForPod(cp.PodInfo{}).Lookup(bg, image)
+
+			require.ErrorIs(t, err, cp.ErrInvalidResponse)
+			assert.Empty(t, got)
+			mu.Lock()
+			text := logs.String()
+			mu.Unlock()
+			for _, f := range leak.Scan(map[string]string{"error": err.Error(), "log": text}, password) {
+				assert.Fail(t, "a refusal holds the password", "in %s as %q", f.Where, f.Form)
+			}
+		})
+	}
+}
