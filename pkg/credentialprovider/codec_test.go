@@ -153,6 +153,23 @@ func TestDecodeResponse(t *testing.T) {
 	}
 }
 
+// marker is what the fuzz targets plant in their input: no error may
+// quote it.
+const marker = "ZQXJmarkerZQXJ"
+
+// planted returns body and, when it has them, body with marker at the
+// start of its first JSON string and of its first object key.
+func planted(body string) []string {
+	inputs := []string{body}
+	if i := strings.IndexByte(body, '"'); i >= 0 {
+		inputs = append(inputs, body[:i+1]+marker+body[i+1:])
+	}
+	if i := strings.Index(body, `{"`); i >= 0 {
+		inputs = append(inputs, body[:i+2]+marker+body[i+2:])
+	}
+	return inputs
+}
+
 // FuzzDecodeResponse checks that decoding never panics, that an accepted
 // response satisfies every documented check, and that no error quotes the
 // input: a marker is planted in the input's first JSON string and in its
@@ -168,18 +185,10 @@ func FuzzDecodeResponse(f *testing.F) {
 	f.Add(`[]`)
 	f.Add(`{"auth":{"x":{"username":1}}}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		const marker = "ZQXJmarkerZQXJ"
 		if strings.Contains(body, marker) {
 			t.Skip()
 		}
-		inputs := []string{body}
-		if i := strings.IndexByte(body, '"'); i >= 0 {
-			inputs = append(inputs, body[:i+1]+marker+body[i+1:])
-		}
-		if i := strings.Index(body, `{"`); i >= 0 {
-			inputs = append(inputs, body[:i+2]+marker+body[i+2:])
-		}
-		for _, in := range inputs {
+		for _, in := range planted(body) {
 			r, err := cp.DecodeResponse(v1, []byte(in))
 			if err != nil {
 				assert.NotContains(t, err.Error(), marker)
@@ -198,18 +207,10 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add(`{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1alpha1","image":"a.example/b"}`)
 	f.Add(`{"kind":"CredentialProviderRequest","apiVersion":"` + v1 + `","image":"a","Image":"b","serviceAccountToken":7}`)
 	f.Fuzz(func(t *testing.T, body string) {
-		const marker = "ZQXJmarkerZQXJ"
 		if strings.Contains(body, marker) {
 			t.Skip()
 		}
-		inputs := []string{body}
-		if i := strings.IndexByte(body, '"'); i >= 0 {
-			inputs = append(inputs, body[:i+1]+marker+body[i+1:])
-		}
-		if i := strings.Index(body, `{"`); i >= 0 {
-			inputs = append(inputs, body[:i+2]+marker+body[i+2:])
-		}
-		for _, in := range inputs {
+		for _, in := range planted(body) {
 			r, err := cp.DecodeRequest([]byte(in))
 			if err != nil {
 				assert.NotContains(t, err.Error(), marker)

@@ -3,7 +3,6 @@ package credentialprovider_test
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -271,89 +270,6 @@ func TestLoadConfigPathErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.ErrorIs(t, err, cp.ErrInvalidConfig)
 			assert.Contains(t, err.Error(), tt.wantErr)
-		})
-	}
-}
-
-// TestLoadConfigDirectoryEntries: a directory's entries are read as the
-// kubelet reads them (readCredentialProviderConfig): every *.json, *.yaml
-// and *.yml entry that is not a directory, dot files too; one that is not
-// a regular file once links are followed fails the kubelet (a FIFO holds
-// it for ever), so it is an error here, at once.
-func TestLoadConfigDirectoryEntries(t *testing.T) {
-	valid := v1Head + "providers:\n" + providerYAML("p", "")
-	tests := []struct {
-		name      string
-		setup     func(t *testing.T, dir string)
-		wantNames []string
-		wantErr   string
-	}{
-		{
-			name: "a dot file is read",
-			setup: func(t *testing.T, dir string) {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, ".hidden.yaml"), []byte(valid), 0o600))
-			},
-			wantNames: []string{"p"},
-		},
-		{
-			name: "a directory named like a file is skipped",
-			setup: func(t *testing.T, dir string) {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(valid), 0o600))
-				require.NoError(t, os.Mkdir(filepath.Join(dir, "b.yaml"), 0o700))
-			},
-			wantNames: []string{"p"},
-		},
-		{
-			name: "a link to a file is read",
-			setup: func(t *testing.T, dir string) {
-				target := filepath.Join(t.TempDir(), "c.yaml")
-				require.NoError(t, os.WriteFile(target, []byte(valid), 0o600))
-				require.NoError(t, os.Symlink(target, filepath.Join(dir, "a.yaml")))
-			},
-			wantNames: []string{"p"},
-		},
-		{
-			name: "a link to a directory",
-			setup: func(t *testing.T, dir string) {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(valid), 0o600))
-				require.NoError(t, os.Symlink(t.TempDir(), filepath.Join(dir, "b.yaml")))
-			},
-			wantErr: `"b.yaml" in directory`,
-		},
-		{
-			name: "a FIFO",
-			setup: func(t *testing.T, dir string) {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(valid), 0o600))
-				require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "b.json"), 0o600))
-			},
-			wantErr: `"b.json" in directory`,
-		},
-		{
-			name: "a dangling link",
-			setup: func(t *testing.T, dir string) {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(valid), 0o600))
-				require.NoError(t, os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "b.yml")))
-			},
-			wantErr: "b.yml",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			tt.setup(t, dir)
-			cfg, err := cp.LoadConfig(dir)
-			if tt.wantErr != "" {
-				require.Error(t, err)
-				assert.ErrorIs(t, err, cp.ErrInvalidConfig)
-				assert.Contains(t, err.Error(), tt.wantErr)
-				return
-			}
-			require.NoError(t, err)
-			var names []string
-			for _, p := range cfg.Providers {
-				names = append(names, p.Name)
-			}
-			assert.Equal(t, tt.wantNames, names)
 		})
 	}
 }

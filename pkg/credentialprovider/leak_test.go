@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,10 +50,9 @@ func TestConfigDecodeErrorsNeverQuoteEnv(t *testing.T) {
 	}
 }
 
-// TestPluginStderrIsScrubbed: a plugin that writes its env secret and the
-// password it answers to stderr, in every encoding, leaves none of them
-// in the log at the highest verbosity.
-func TestPluginStderrIsScrubbed(t *testing.T) {
+// captureLog returns a logger at verbosity 10 and what it has logged so
+// far.
+func captureLog() (logr.Logger, func() string) {
 	var mu sync.Mutex
 	var logs strings.Builder
 	logger := funcr.New(func(prefix, args string) {
@@ -60,6 +60,18 @@ func TestPluginStderrIsScrubbed(t *testing.T) {
 		defer mu.Unlock()
 		logs.WriteString(prefix + " " + args + "\n")
 	}, funcr.Options{Verbosity: 10})
+	return logger, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.String()
+	}
+}
+
+// TestPluginStderrIsScrubbed: a plugin that writes its env secret and the
+// password it answers to stderr, in every encoding, leaves none of them
+// in the log at the highest verbosity.
+func TestPluginStderrIsScrubbed(t *testing.T) {
+	logger, logged := captureLog()
 	e := newEnv(t)
 	p := e.provider("p", []string{"registry.example"}, time.Minute, "-mode", "tattle")
 	p.Env = []cp.EnvVar{{Name: "TESTPLUGIN_SECRET", Value: envSecret}}
@@ -70,9 +82,7 @@ func TestPluginStderrIsScrubbed(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, got)
 	answered := got[0].Auth.Password
-	mu.Lock()
-	text := logs.String()
-	mu.Unlock()
+	text := logged()
 	require.Contains(t, text, "debug:", "the plugin's stderr was logged")
 	for _, f := range leak.Scan(map[string]string{"log": text}, envSecret, answered) {
 		assert.Fail(t, "the log holds a secret", "as %q", f.Form)
@@ -117,13 +127,7 @@ func TestRefusedAnswersNeverQuoteThem(t *testing.T) {
 	for _, tt := range tests {
 		extra := tt.extra
 		t.Run(tt.name, func(t *testing.T) {
-			var mu sync.Mutex
-			var logs strings.Builder
-			logger := funcr.New(func(prefix, args string) {
-				mu.Lock()
-				defer mu.Unlock()
-				logs.WriteString(prefix + " " + args + "\n")
-			}, funcr.Options{Verbosity: 10})
+			logger, logged := captureLog()
 			e := newEnv(t)
 			m := e.manager(t, []cp.Provider{e.provider("p", []string{"registry.example"}, time.Minute, "-extra", extra)}, cp.WithLogger(logger))
 
@@ -131,10 +135,7 @@ func TestRefusedAnswersNeverQuoteThem(t *testing.T) {
 
 			require.ErrorIs(t, err, cp.ErrInvalidResponse)
 			assert.Empty(t, got)
-			mu.Lock()
-			text := logs.String()
-			mu.Unlock()
-			for _, f := range leak.Scan(map[string]string{"error": err.Error(), "log": text}, password) {
+			for _, f := range leak.Scan(map[string]string{"error": err.Error(), "log": logged()}, password) {
 				assert.Fail(t, "a refusal holds the password", "in %s as %q", f.Where, f.Form)
 			}
 		})

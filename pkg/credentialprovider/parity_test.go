@@ -3,6 +3,7 @@ package credentialprovider_test
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,9 +39,12 @@ func TestTokenAsPasswordRefused(t *testing.T) {
 	}
 }
 
-// TestConfigDirectoryAsTheKubelet: in a directory the kubelet reads only
-// *.json, *.yaml and *.yml files, in name order; a README (or any other
-// file) is ignored, and a directory with none of them is an error.
+// TestConfigDirectoryAsTheKubelet: in a directory the kubelet
+// (readCredentialProviderConfig) reads every *.json, *.yaml and *.yml entry
+// that is not a directory, dot files too, in name order; a README (or any
+// other file) is ignored, and a directory with none of them is an error.
+// An entry that is not a regular file once links are followed fails the
+// kubelet (a FIFO holds it for ever), so it is an error here, at once.
 func TestConfigDirectoryAsTheKubelet(t *testing.T) {
 	provider := func(name string) string {
 		return "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n- name: " + name +
@@ -49,6 +53,7 @@ func TestConfigDirectoryAsTheKubelet(t *testing.T) {
 	tests := []struct {
 		name      string
 		files     map[string]string
+		setup     func(t *testing.T, dir string) // after files are written
 		wantNames []string
 		wantErr   string
 	}{
@@ -62,12 +67,59 @@ func TestConfigDirectoryAsTheKubelet(t *testing.T) {
 			files:   map[string]string{"README.md": "# providers"},
 			wantErr: "no configuration files",
 		},
+		{
+			name:      "a dot file is read",
+			files:     map[string]string{".hidden.yaml": provider("a")},
+			wantNames: []string{"a"},
+		},
+		{
+			name:      "a directory named like a file is skipped",
+			files:     map[string]string{"a.yaml": provider("a")},
+			setup:     func(t *testing.T, dir string) { require.NoError(t, os.Mkdir(filepath.Join(dir, "b.yaml"), 0o700)) },
+			wantNames: []string{"a"},
+		},
+		{
+			name: "a link to a file is read",
+			setup: func(t *testing.T, dir string) {
+				target := filepath.Join(t.TempDir(), "c.yaml")
+				require.NoError(t, os.WriteFile(target, []byte(provider("a")), 0o600))
+				require.NoError(t, os.Symlink(target, filepath.Join(dir, "a.yaml")))
+			},
+			wantNames: []string{"a"},
+		},
+		{
+			name:  "a link to a directory",
+			files: map[string]string{"a.yaml": provider("a")},
+			setup: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink(t.TempDir(), filepath.Join(dir, "b.yaml")))
+			},
+			wantErr: `"b.yaml" in directory`,
+		},
+		{
+			name:  "a FIFO",
+			files: map[string]string{"a.yaml": provider("a")},
+			setup: func(t *testing.T, dir string) {
+				require.NoError(t, syscall.Mkfifo(filepath.Join(dir, "b.json"), 0o600))
+			},
+			wantErr: `"b.json" in directory`,
+		},
+		{
+			name:  "a dangling link",
+			files: map[string]string{"a.yaml": provider("a")},
+			setup: func(t *testing.T, dir string) {
+				require.NoError(t, os.Symlink(filepath.Join(dir, "gone"), filepath.Join(dir, "b.yml")))
+			},
+			wantErr: "b.yml",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			for name, data := range tt.files {
 				require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600))
+			}
+			if tt.setup != nil {
+				tt.setup(t, dir)
 			}
 			cfg, err := cp.LoadConfig(dir)
 			if tt.wantErr != "" {
