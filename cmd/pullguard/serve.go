@@ -99,7 +99,7 @@ socket removed.`,
 	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on")
 	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
-	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy and preloadedImagesVerificationAllowlist; its featureGates are the kubelet's and never switch serve's protection")
+	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist and runtimeRequestTimeout (the bound of --registry-request-timeout); its featureGates are the kubelet's and never switch serve's protection")
 	f.StringVar(&o.featureGates, "feature-gates", "", "serve's own feature gates; KubeletEnsureSecretPulledImages=false is the only way to make serve a pass-through proxy (the protection OFF)")
 	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
 	f.StringVar(&o.metricsAddr, "metrics-bind-address", "127.0.0.1:10264", `address for /metrics and /healthz; "" or "0" turns them off`)
