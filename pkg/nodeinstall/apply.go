@@ -29,6 +29,14 @@ func Install(o Options, p *Plan) (*Manifest, error) {
 	if !p.Changed() {
 		return m, nil
 	}
+	for d := p.Store; d != "/" && !exists(o.Root, d); d = path.Dir(d) {
+		if !slices.Contains(m.Dirs, d) {
+			m.Dirs = append(m.Dirs, d)
+		}
+	}
+	if err := os.MkdirAll(hostPath(o.Root, path.Dir(p.Store)), 0o755); err != nil {
+		return nil, fmt.Errorf("serve's store: %w", err)
+	}
 	for _, c := range p.Changes {
 		if c.Action == Unchanged {
 			continue
@@ -171,6 +179,16 @@ func Uninstall(o Options, u *UninstallPlan) error {
 			}
 		}
 	}
+	// The temporary files of a write a crash interrupted.
+	for _, r := range u.Manifest.Files {
+		dir, base := path.Split(r.Path)
+		entries, _ := os.ReadDir(hostPath(o.Root, dir))
+		for _, e := range entries {
+			if durable.IsTemp(e.Name()) && strings.HasPrefix(e.Name(), "."+base+".tmp-") {
+				_ = os.Remove(hostPath(o.Root, path.Join(dir, e.Name())))
+			}
+		}
+	}
 	for _, name := range u.Manifest.Units {
 		unitFile := path.Join(etcUnits, name)
 		if u.Manifest.record(unitFile) == nil {
@@ -186,11 +204,8 @@ func Uninstall(o Options, u *UninstallPlan) error {
 			}
 		}
 	}
-	for i := len(u.Manifest.Dirs) - 1; i >= 0; i-- {
-		// Only an empty directory goes: what others put there stays.
-		_ = os.Remove(hostPath(o.Root, u.Manifest.Dirs[i]))
-	}
 	if len(errs) > 0 || u.Kept() {
+		removeDirs(o.Root, u.Manifest.Dirs)
 		return errors.Join(errs...)
 	}
 	dir := path.Join(u.Manifest.Store, installDir)
@@ -200,7 +215,16 @@ func Uninstall(o Options, u *UninstallPlan) error {
 	if err := os.RemoveAll(hostPath(o.Root, dir)); err != nil {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
+	removeDirs(o.Root, u.Manifest.Dirs)
 	return nil
+}
+
+// removeDirs removes the directories install created, children first,
+// each only when empty: what others put there stays.
+func removeDirs(root string, dirs []string) {
+	for i := len(dirs) - 1; i >= 0; i-- {
+		_ = os.Remove(hostPath(root, dirs[i]))
+	}
 }
 
 // StoreOf is serve's --root-dir as its unit (and install's drop-in) give

@@ -30,6 +30,15 @@ func SplitCommandLine(s string) ([]string, error) {
 				return nil, fmt.Errorf("command line ends with a backslash")
 			}
 			i++
+			if s[i] == '\n' {
+				// A continuation line.
+				if inWord {
+					words = append(words, b.String())
+					b.Reset()
+					inWord = false
+				}
+				continue
+			}
 			b.WriteByte(s[i])
 			inWord = true
 		case c == '"' || c == '\'':

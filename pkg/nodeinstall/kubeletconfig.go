@@ -123,6 +123,9 @@ func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
 	}
 	out := strings.Join(lines, "")
 	if len(add) > 0 {
+		first := *add[0]
+		first.HeadComment = strings.TrimSpace("Set by `pullguard install`; `pullguard uninstall` gives this file back.\n" + first.HeadComment)
+		add[0] = &first
 		var b bytes.Buffer
 		enc := yaml.NewEncoder(&b)
 		enc.SetIndent(2)

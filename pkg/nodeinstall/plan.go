@@ -69,6 +69,8 @@ type Change struct {
 type Plan struct {
 	Changes []Change
 	Notes   []string
+	// Root is the node's root file system the plan was made under.
+	Root    string
 	Kubelet *Kubelet
 	// ServeSocket is serve's socket, Runtime the runtime's that serve is
 	// given, Store serve's --root-dir.
@@ -104,7 +106,7 @@ func PlanInstall(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{Kubelet: k}
+	p := &Plan{Kubelet: k, Root: o.Root}
 	serveArgs, err := p.units(o)
 	if err != nil {
 		return nil, err
@@ -183,7 +185,7 @@ func PlanInstall(o Options) (*Plan, error) {
 	}
 
 	// serve's drop-in: the kubelet's files.
-	dropIn, err := p.serveDropIn(serveArgs)
+	dropIn, err := p.serveDropIn(serveArgs, configDir)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +286,11 @@ func kubeletSettings(serveSocket string) (*yaml.Node, error) {
 		return nil, fmt.Errorf("deploy files: kubelet/config-snippet.yaml: %v", err)
 	}
 	m := doc.Content[0]
+	// The snippet's own header says how to use it by hand.
+	m.HeadComment = ""
+	if len(m.Content) > 0 {
+		m.Content[0].HeadComment = ""
+	}
 	var out []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		switch m.Content[i].Value {

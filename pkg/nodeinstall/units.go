@@ -70,7 +70,7 @@ func setFlag(words []string, name, value string) []string {
 }
 
 // serveDropIn is serve's drop-in: its ExecStart with the kubelet's files.
-func (p *Plan) serveDropIn(words []string) ([]byte, error) {
+func (p *Plan) serveDropIn(words []string, configDir string) ([]byte, error) {
 	k := p.Kubelet
 	for _, f := range []struct{ serve, value string }{
 		{"image-service-endpoint", p.Runtime},
@@ -82,10 +82,10 @@ func (p *Plan) serveDropIn(words []string) ([]byte, error) {
 		words = setFlag(words, f.serve, f.value)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Written by `pullguard install` from the kubelet's unit (%s): serve reads\n", strings.Join(append([]string{k.Unit}, k.DropIns...), ", "))
+	fmt.Fprintf(&b, "# Written by `pullguard install` from the kubelet's unit (%s): serve reads\n", k.ExecStartFile)
 	b.WriteString("# the kubelet's own files and asks its runtime. `pullguard uninstall` removes it.\n")
-	if d := k.Flag(FlagConfigDir); d != "" {
-		fmt.Fprintf(&b, "# The kubelet's --config-dir is %s.\n", d)
+	if configDir != "" {
+		fmt.Fprintf(&b, "# The kubelet's --config-dir is %s.\n", configDir)
 	}
 	b.WriteString("[Service]\nExecStart=\nExecStart=")
 	for i, w := range words {
