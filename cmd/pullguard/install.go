@@ -14,6 +14,14 @@ import (
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
+// dialSystemd and nodeReady are the host's systemd and doctor's checks;
+// tests put fakes in their place.
+var (
+	dialSystemd   = nodeinstall.DialSystemd
+	nodeReady     = doctorReady
+	readyInterval = nodeinstall.DefaultPollInterval
+)
+
 type installOptions struct {
 	hostRoot       string
 	dryRun         bool
@@ -35,7 +43,7 @@ func (o *installOptions) addFlags(cmd *cobra.Command) {
 }
 
 func newInstallCommand() *cobra.Command {
-	o := &installOptions{systemd: nodeinstall.DialSystemd, ready: doctorReady}
+	o := &installOptions{systemd: dialSystemd, ready: nodeReady}
 	cmd := &cobra.Command{
 		Use:   "install",
 		Short: "Set a node up for pullguard serve: its units, and the kubelet's image service pointed at serve",
@@ -69,7 +77,7 @@ install changes nothing.`,
 }
 
 func newUninstallCommand() *cobra.Command {
-	o := &installOptions{systemd: nodeinstall.DialSystemd}
+	o := &installOptions{systemd: dialSystemd}
 	cmd := &cobra.Command{
 		Use:   "uninstall",
 		Short: "Give a node back as it was before pullguard install",
@@ -131,7 +139,7 @@ func (o *installOptions) install(ctx context.Context, out io.Writer) error {
 		return err
 	}
 	defer closeFn()
-	r := &nodeinstall.Restarter{Systemd: sd}
+	r := &nodeinstall.Restarter{Systemd: sd, Interval: readyInterval}
 	if o.ready != nil {
 		r.Ready = o.ready(p)
 	}
@@ -155,11 +163,11 @@ func (o *installOptions) uninstall(ctx context.Context, out io.Writer) error {
 		fmt.Fprintln(out, "pullguard uninstall --dry-run: nothing is written")
 	}
 	nodeinstall.Print(out, u.Changes)
-	store := "remove   " + u.Manifest.Store + ": serve's store, its records"
 	if o.keepRecords {
-		store = "keep     " + u.Manifest.Store + ": serve's records (--keep-records)"
+		fmt.Fprintf(out, "%-9s %s: serve's records (--keep-records)\n", nodeinstall.Kept, u.Manifest.Store)
+	} else {
+		fmt.Fprintf(out, "%-9s %s: serve's store, its records\n", nodeinstall.Remove, u.Manifest.Store)
 	}
-	fmt.Fprintln(out, store)
 	if o.dryRun {
 		return nil
 	}

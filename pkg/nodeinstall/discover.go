@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -71,7 +72,11 @@ var ErrNoKubelet = errors.New("no kubelet.service in the systemd unit directorie
 // Discover reads the kubelet's systemd unit under root: kubelet.service as
 // systemd picks it from UnitDirs, its drop-ins, the environment they set
 // and the flags on the command line they give.
-func Discover(root string) (*Kubelet, error) {
+func Discover(root string) (*Kubelet, error) { return discover(root, "") }
+
+// discover is Discover without the kubelet drop-in named skip: install
+// reads the kubelet as it is without what install itself gives it.
+func discover(root, skip string) (*Kubelet, error) {
 	k := &Kubelet{Env: map[string]string{}, Vars: map[string]Flag{}, Flags: map[string]Flag{}}
 	for _, dir := range UnitDirs {
 		p := filepath.Join(dir, "kubelet.service")
@@ -83,7 +88,11 @@ func Discover(root string) (*Kubelet, error) {
 	if k.Unit == "" {
 		return nil, fmt.Errorf("%w under %s", ErrNoKubelet, root)
 	}
-	k.DropIns = dropIns(root, "kubelet.service")
+	for _, d := range dropIns(root, "kubelet.service") {
+		if path.Base(d) != skip {
+			k.DropIns = append(k.DropIns, d)
+		}
+	}
 	var envFiles []string
 	for _, file := range append([]string{k.Unit}, k.DropIns...) {
 		data, err := os.ReadFile(hostPath(root, file))

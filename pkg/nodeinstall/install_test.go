@@ -8,13 +8,16 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/utils/ptr"
 
 	"github.com/pullguard/pullguard/internal/durable/durabletest"
+	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
@@ -91,6 +94,10 @@ func TestInstallUninstall(t *testing.T) {
 		// untouched are files install leaves as they were; created the
 		// kubelet's files it writes.
 		untouched, created []string
+		// kubelet are the kubelet's files install merged into.
+		kubelet []string
+		// configDir is the kubelet's --config-dir after install.
+		configDir string
 		// serve are words serve's drop-in must hold.
 		serve []string
 	}{
@@ -99,11 +106,13 @@ func TestInstallUninstall(t *testing.T) {
 			layout:    "kubeadm",
 			version:   "v1.30.14",
 			untouched: []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"},
+			kubelet:   []string{"var/lib/kubelet/config.yaml"},
 			serve:     []string{"--config /var/lib/kubelet/config.yaml", "--image-service-endpoint unix:///var/run/containerd/containerd.sock", "--kubelet-root-dir /var/lib/kubelet"},
 		},
 		{
 			name:      "kubeadm, kubelet that does not run: merged, and said so",
 			layout:    "kubeadm",
+			kubelet:   []string{"var/lib/kubelet/config.yaml"},
 			untouched: []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"},
 		},
 		{
@@ -112,6 +121,7 @@ func TestInstallUninstall(t *testing.T) {
 			version:   "v1.33.4",
 			untouched: []string{"var/lib/kubelet/config.yaml", "var/lib/kubelet/kubeadm-flags.env"},
 			created:   []string{"etc/kubernetes/kubelet.conf.d/99-pullguard.conf"},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
 		},
 		{
 			name:      "kubeadm with a --config-dir: a drop-in, config.yaml untouched",
@@ -131,11 +141,25 @@ func TestInstallUninstall(t *testing.T) {
 				"--image-credential-provider-bin-dir /etc/eks/image-credential-provider", "--image-service-endpoint unix:///run/containerd/containerd.sock"},
 		},
 		{
-			name:      "EKS with a kubelet 1.30 and its JSON file merged",
-			layout:    "eks",
-			version:   "v1.30.2",
-			setup:     func(t *testing.T, root string) { rewrite(t, root, "etc/eks/kubelet/environment", " --config-dir=/etc/kubernetes/kubelet/config.json.d", "") },
+			name:    "EKS with a kubelet 1.33 and no --config-dir: one given in a drop-in of the kubelet's unit",
+			layout:  "eks",
+			version: "v1.33.4",
+			setup: func(t *testing.T, root string) {
+				rewrite(t, root, "etc/eks/kubelet/environment", " --config-dir=/etc/kubernetes/kubelet/config.json.d", "")
+			},
+			untouched: []string{"etc/kubernetes/kubelet/config.json", "etc/eks/kubelet/environment", "etc/systemd/system/kubelet.service"},
+			created:   []string{"etc/kubernetes/kubelet.conf.d/99-pullguard.conf"},
+			configDir: "/etc/kubernetes/kubelet.conf.d",
+		},
+		{
+			name:    "EKS with a kubelet 1.30 and its JSON file merged",
+			layout:  "eks",
+			version: "v1.30.2",
+			setup: func(t *testing.T, root string) {
+				rewrite(t, root, "etc/eks/kubelet/environment", " --config-dir=/etc/kubernetes/kubelet/config.json.d", "")
+			},
 			untouched: []string{"etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf", "etc/eks/kubelet/environment"},
+			kubelet:   []string{"etc/kubernetes/kubelet/config.json"},
 		},
 	}
 	for _, tt := range tests {
@@ -166,6 +190,18 @@ func TestInstallUninstall(t *testing.T) {
 			}
 			for _, f := range tt.created {
 				assert.Contains(t, after[f], "imageServiceEndpoint: unix:///run/pullguard/pullguard.sock", f)
+			}
+			// The kubelet's reader takes each file the kubelet reads now.
+			for _, f := range append(slices.Clone(tt.created), tt.kubelet...) {
+				cfg, _, err := nodeconfig.LoadKubeletConfig(filepath.Join(root, f))
+				require.NoError(t, err, f)
+				assert.Equal(t, "unix:///run/pullguard/pullguard.sock", cfg.ImageServiceEndpoint, f)
+				assert.Equal(t, ptr.To(int32(0)), cfg.RegistryPullQPS, f)
+			}
+			k, err := nodeinstall.Discover(root)
+			require.NoError(t, err)
+			if tt.configDir != "" {
+				assert.Equal(t, tt.configDir, k.Flag(nodeinstall.FlagConfigDir), "the kubelet's --config-dir after install")
 			}
 			dropIn := after["etc/systemd/system/pullguard.service.d/20-kubelet.conf"]
 			for _, w := range tt.serve {
@@ -231,8 +267,10 @@ func TestInstallRefuses(t *testing.T) {
 		{
 			name:   "config.yaml does not parse",
 			layout: "kubeadm",
-			setup:  func(t *testing.T, root string) { rewrite(t, root, "var/lib/kubelet/config.yaml", "cgroupDriver: systemd", "cgroupDriver: [systemd") },
-			want:   "/var/lib/kubelet/config.yaml:",
+			setup: func(t *testing.T, root string) {
+				rewrite(t, root, "var/lib/kubelet/config.yaml", "cgroupDriver: systemd", "cgroupDriver: [systemd")
+			},
+			want: "/var/lib/kubelet/config.yaml:",
 		},
 		{
 			name:   "a drop-in of config.json.d does not parse",

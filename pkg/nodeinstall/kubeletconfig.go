@@ -115,7 +115,7 @@ func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
 	if c.json || c.root().Style&yaml.FlowStyle != 0 {
 		c.root().Content = append(c.root().Content, add...)
 		var b bytes.Buffer
-		if err := writeJSON(&b, c.root(), ""); err != nil {
+		if err := writeJSON(&b, c.root(), "", jsonIndent(c.data)); err != nil {
 			return nil, fmt.Errorf("%s: %w", c.path, err)
 		}
 		b.WriteByte('\n')
@@ -189,8 +189,20 @@ func scalarText(value *yaml.Node, style yaml.Style) (string, error) {
 	return strings.TrimSuffix(string(out), "\n"), nil
 }
 
-// writeJSON writes a node as indented JSON, mappings in their order.
-func writeJSON(b *bytes.Buffer, n *yaml.Node, indent string) error {
+// jsonIndent is the indentation of a JSON file's first indented line, two
+// spaces when it has none.
+func jsonIndent(data []byte) string {
+	for _, line := range strings.Split(string(data), "\n") {
+		if trimmed := strings.TrimLeft(line, " \t"); trimmed != line && trimmed != "" {
+			return line[:len(line)-len(trimmed)]
+		}
+	}
+	return "  "
+}
+
+// writeJSON writes a node as JSON indented by unit, mappings in their
+// order.
+func writeJSON(b *bytes.Buffer, n *yaml.Node, indent, unit string) error {
 	switch n.Kind {
 	case yaml.MappingNode, yaml.SequenceNode:
 		open, close, step := "{", "}", 2
@@ -203,13 +215,13 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, indent string) error {
 		}
 		b.WriteString(open + "\n")
 		for i := 0; i < len(n.Content); i += step {
-			b.WriteString(indent + "  ")
+			b.WriteString(indent + unit)
 			if step == 2 {
 				k, _ := json.Marshal(n.Content[i].Value)
 				b.Write(k)
 				b.WriteString(": ")
 			}
-			if err := writeJSON(b, n.Content[i+step-1], indent+"  "); err != nil {
+			if err := writeJSON(b, n.Content[i+step-1], indent+unit, unit); err != nil {
 				return err
 			}
 			if i+step < len(n.Content) {
@@ -229,7 +241,7 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, indent string) error {
 		}
 		b.Write(out)
 	case yaml.AliasNode:
-		return writeJSON(b, n.Alias, indent)
+		return writeJSON(b, n.Alias, indent, unit)
 	default:
 		return fmt.Errorf("line %d: a YAML node JSON cannot hold", n.Line)
 	}

@@ -36,6 +36,9 @@ const (
 	defaultStore       = "/var/lib/pullguard"
 	defaultRuntime     = "unix:///run/containerd/containerd.sock"
 	etcUnits           = "/etc/systemd/system"
+	// configDirDropIn is the kubelet's systemd drop-in that gives it a
+	// --config-dir when no flags file can.
+	configDirDropIn = "90-pullguard-config-dir.conf"
 )
 
 // Action is what install or uninstall does to a file.
@@ -102,7 +105,7 @@ func (o Options) kubeletVersion(binary string) (string, error) {
 // whose image service is not serve's, is refused (ErrRefused) with the
 // file and line.
 func PlanInstall(o Options) (*Plan, error) {
-	k, err := Discover(o.Root)
+	k, err := discover(o.Root, configDirDropIn)
 	if err != nil {
 		return nil, err
 	}

@@ -135,7 +135,7 @@ func (p *Plan) addConfigDir(o Options, dir string) error {
 	data := fmt.Sprintf("# Written by `pullguard install`: the kubelet's command line (%s) with a\n"+
 		"# --config-dir, which `kubeadm upgrade` does not rewrite. `pullguard uninstall` removes it.\n"+
 		"[Service]\nExecStart=\nExecStart=%s %s\n", k.ExecStartFile, k.ExecStart, flag)
-	return p.change(o, path.Join(etcUnits, "kubelet.service.d", "90-pullguard-config-dir.conf"), []byte(data), "the kubelet reads its --config-dir")
+	return p.change(o, path.Join(etcUnits, "kubelet.service.d", configDirDropIn), []byte(data), "the kubelet reads its --config-dir")
 }
 
 // addExtraArg adds arg to the last KUBELET_EXTRA_ARGS= line of a flags
