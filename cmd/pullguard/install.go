@@ -132,18 +132,13 @@ func (o *installOptions) install(ctx context.Context, out io.Writer) error {
 		fmt.Fprintf(out, "next: systemctl daemon-reload && systemctl enable --now %s && systemctl restart kubelet (or run install again with --restart-kubelet)\n", strings.Join(p.Units, " "))
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, o.timeout)
-	defer cancel()
-	sd, closeFn, err := o.systemd(ctx, o.hostRoot)
-	if err != nil {
-		return err
-	}
-	defer closeFn()
-	r := &nodeinstall.Restarter{Systemd: sd, Interval: readyInterval}
+	var ready func(context.Context) error
 	if o.ready != nil {
-		r.Ready = o.ready(p)
+		ready = o.ready(p)
 	}
-	if err := r.Activate(ctx, p.Units); err != nil {
+	if err := o.withSystemd(ctx, ready, func(ctx context.Context, r *nodeinstall.Restarter) error {
+		return r.Activate(ctx, p.Units)
+	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "the kubelet restarted onto serve (%s); doctor passes\n", p.ServeSocket)
@@ -173,15 +168,9 @@ func (o *installOptions) uninstall(ctx context.Context, out io.Writer) error {
 	}
 	files := func() error { return nodeinstall.Uninstall(o.nodeOptions(), u) }
 	if o.restartKubelet {
-		ctx, cancel := context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-		sd, closeFn, err := o.systemd(ctx, o.hostRoot)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		r := &nodeinstall.Restarter{Systemd: sd}
-		if err := r.Deactivate(ctx, u.Manifest.Units, files); err != nil {
+		if err := o.withSystemd(ctx, nil, func(ctx context.Context, r *nodeinstall.Restarter) error {
+			return r.Deactivate(ctx, u.Manifest.Units, files)
+		}); err != nil {
 			return err
 		}
 	} else if err := files(); err != nil {
@@ -197,6 +186,19 @@ func (o *installOptions) uninstall(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "uninstalled; the kubelet restarted on its own settings")
 	return nil
+}
+
+// withSystemd runs f with a Restarter on the host's systemd, within
+// --timeout.
+func (o *installOptions) withSystemd(ctx context.Context, ready func(context.Context) error, f func(context.Context, *nodeinstall.Restarter) error) error {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	sd, closeFn, err := o.systemd(ctx, o.hostRoot)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return f(ctx, &nodeinstall.Restarter{Systemd: sd, Ready: ready, Interval: readyInterval})
 }
 
 // doctorReady is doctor's checks of the node install set up, as a readiness
