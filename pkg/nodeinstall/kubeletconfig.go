@@ -94,6 +94,9 @@ func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
 	for i := 0; i+1 < len(snippet.Content); i += 2 {
 		key, value := snippet.Content[i], snippet.Content[i+1]
 		old := c.field(key.Value)
+		if old != nil && (key.Value == "apiVersion" || key.Value == "kind") {
+			continue // the file's own
+		}
 		switch {
 		case old == nil:
 			add = append(add, key, value)
@@ -103,11 +106,18 @@ func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
 			return nil, fmt.Errorf("%w: %s:%d: %s is not a value on one line", ErrRefused, c.path, old.Line, key.Value)
 		default:
 			line := lines[old.Line-1]
-			start := len(string([]rune(line)[:old.Column-1]))
+			runes := []rune(line)
+			if old.Column-1 > len(runes) {
+				return nil, fmt.Errorf("%w: %s:%d: %s is not a value on one line", ErrRefused, c.path, old.Line, key.Value)
+			}
+			start := len(string(runes[:old.Column-1]))
 			end := scalarEnd(line, start, old.Style)
 			text, err := scalarText(value, old.Style)
 			if err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", c.path, old.Line, err)
+			}
+			if start > 0 && line[start-1] == ':' {
+				text = " " + text // an empty value: "field:"
 			}
 			lines[old.Line-1] = line[:start] + text + line[end:]
 		}

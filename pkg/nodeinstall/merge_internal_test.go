@@ -14,6 +14,7 @@ import (
 func FuzzMerge(f *testing.F) {
 	f.Add([]byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n# c\nregistryPullQPS: 5 # x\nmaxPods: 10\n"))
 	f.Add([]byte("{\n  \"kind\": \"KubeletConfiguration\",\n  \"serializeImagePulls\": true\n}\n"))
+	f.Add([]byte("registryPullQPS:\nserializeImagePulls:   # c\nkind: K\n"))
 	f.Add([]byte("imageServiceEndpoint: 'unix:///run/pullguard/pullguard.sock'\nserializeImagePulls: \"true\"\n"))
 	settings, err := kubeletSettings(defaultServeSocket)
 	require.NoError(f, err)
