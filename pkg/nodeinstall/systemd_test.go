@@ -138,3 +138,12 @@ func TestRestarterDeactivate(t *testing.T) {
 	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
 	assert.Equal(t, []string{"files given back after 1 calls"}, order, "the units are disabled before their files go, and systemd reloads after")
 }
+
+// TestDialSystemdUnderHostRoot: with no bus under the host root, the dial
+// fails and names the socket it tried.
+func TestDialSystemdUnderHostRoot(t *testing.T) {
+	root := t.TempDir()
+	_, _, err := nodeinstall.DialSystemd(context.Background(), root)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "connecting to systemd at "+root+"/run/systemd/private")
+}
