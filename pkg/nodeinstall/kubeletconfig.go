@@ -145,7 +145,14 @@ func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
 		if out != "" && !strings.HasSuffix(out, "\n") {
 			out += "\n"
 		}
-		out += b.String()
+		// At the column of the file's fields.
+		indent := strings.Repeat(" ", max(c.root().Column-1, 0))
+		for _, line := range strings.SplitAfter(b.String(), "\n") {
+			if strings.TrimSpace(line) != "" {
+				line = indent + line
+			}
+			out += line
+		}
 	}
 	return []byte(out), nil
 }
