@@ -207,9 +207,12 @@ func doctorReady(p *nodeinstall.Plan) func(context.Context) error {
 	k := p.Kubelet
 	d := &doctorOptions{
 		serveSocket:  "unix://" + filepath.Join(p.Root, strings.TrimPrefix(p.ServeSocket, "unix://")),
-		serveMetrics: "127.0.0.1:10264",
+		serveMetrics: p.ServeMetrics,
 		rootDir:      filepath.Join(p.Root, p.Store),
 		timeout:      3 * time.Second,
+	}
+	if d.serveMetrics == "" {
+		d.serveMetrics = "127.0.0.1:10264" // serve's default
 	}
 	if c := k.Flag(nodeinstall.FlagConfig); c != "" {
 		d.kubeletConfig = filepath.Join(p.Root, c)

@@ -76,8 +76,9 @@ type Plan struct {
 	Root    string
 	Kubelet *Kubelet
 	// ServeSocket is serve's socket, Runtime the runtime's that serve is
-	// given, Store serve's --root-dir.
-	ServeSocket, Runtime, Store string
+	// given, Store serve's --root-dir, ServeMetrics its
+	// --metrics-bind-address ("" for its default).
+	ServeSocket, Runtime, Store, ServeMetrics string
 	// Units are the units install writes or found from the package, by
 	// name.
 	Units []string
@@ -258,6 +259,7 @@ func (p *Plan) units(o Options) ([]string, error) {
 	if f, ok := flags["root-dir"]; ok {
 		p.Store = f.Value
 	}
+	p.ServeMetrics = flags["metrics-bind-address"].Value
 	return words, nil
 }
 
