@@ -132,6 +132,20 @@ func TestInstallUninstall(t *testing.T) {
 			created:   []string{"etc/kubernetes/kubelet.conf.d/99-pullguard.conf"},
 		},
 		{
+			name:    "kubeadm with the package's units: none written, serve's drop-in from the package's unit",
+			layout:  "kubeadm",
+			version: "v1.33.4",
+			setup: func(t *testing.T, root string) {
+				unit, err := os.ReadFile("../../deploy/systemd/pullguard.service")
+				require.NoError(t, err)
+				unit = []byte(strings.Replace(string(unit), "/usr/local/bin/pullguard serve", "/usr/bin/pullguard serve", 1))
+				require.NoError(t, os.WriteFile(filepath.Join(root, "usr/lib/systemd/system/pullguard.service"), unit, 0o644))
+			},
+			untouched: []string{"usr/lib/systemd/system/pullguard.service", "var/lib/kubelet/config.yaml"},
+			created:   []string{"etc/kubernetes/kubelet.conf.d/99-pullguard.conf"},
+			serve:     []string{"ExecStart=/usr/bin/pullguard serve"},
+		},
+		{
 			name:      "EKS AL2023: config.json and config.json.d",
 			layout:    "eks",
 			version:   "v1.33.4-eks-1234",
@@ -202,6 +216,9 @@ func TestInstallUninstall(t *testing.T) {
 			require.NoError(t, err)
 			if tt.configDir != "" {
 				assert.Equal(t, tt.configDir, k.Flag(nodeinstall.FlagConfigDir), "the kubelet's --config-dir after install")
+			}
+			if _, err := os.Stat(filepath.Join(root, "usr/lib/systemd/system/pullguard.service")); err == nil {
+				assert.NotContains(t, after, "etc/systemd/system/pullguard.service", "the package's unit is not written again")
 			}
 			dropIn := after["etc/systemd/system/pullguard.service.d/20-kubelet.conf"]
 			for _, w := range tt.serve {
