@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -44,6 +45,20 @@ func readConfig(root, path string) (*configFile, error) {
 
 func parseConfig(path string, data []byte) (*configFile, error) {
 	c := &configFile{path: path, data: data, json: strings.HasPrefix(strings.TrimSpace(string(data)), "{")}
+	if !utf8.Valid(data) {
+		line := 1
+		for len(data) > 0 {
+			r, n := utf8.DecodeRune(data)
+			if r == utf8.RuneError && n <= 1 {
+				break
+			}
+			if r == '\n' {
+				line++
+			}
+			data = data[n:]
+		}
+		return nil, fmt.Errorf("%w: %s:%d: the kubelet configuration is not UTF-8", ErrRefused, path, line)
+	}
 	if err := yaml.Unmarshal(data, &c.doc); err != nil {
 		msg := err.Error()
 		if m := yamlLine.FindStringSubmatch(msg); m != nil {
