@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -104,6 +105,55 @@ func (c *configFile) str(name string) (string, string) {
 // the snippet's comments, and every other byte stays. A JSON file (or a
 // flow mapping) is written again as JSON, its keys in their order.
 func (c *configFile) merge(snippet *yaml.Node) ([]byte, error) {
+	out, err := c.mergeText(snippet)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.sameBut(out, snippet); err != nil {
+		return nil, fmt.Errorf("%w: %s: the kubelet settings cannot be merged into it keeping the rest (%v): set them by hand, or give the kubelet a --config-dir", ErrRefused, c.path, err)
+	}
+	return out, nil
+}
+
+// sameBut checks a merge: out parses, holds snippet's values and every
+// other field of the file as it was.
+func (c *configFile) sameBut(out []byte, snippet *yaml.Node) error {
+	merged, err := parseConfig(c.path, out)
+	if err != nil {
+		return err
+	}
+	decode := func(n *yaml.Node) any {
+		var v any
+		if n != nil && n.Decode(&v) != nil {
+			return "undecodable"
+		}
+		return v
+	}
+	fields := map[string]bool{}
+	for i := 0; i+1 < len(snippet.Content); i += 2 {
+		k := snippet.Content[i].Value
+		fields[k] = true
+		if (k == "apiVersion" || k == "kind") && c.field(k) != nil {
+			continue
+		}
+		if !reflect.DeepEqual(decode(merged.field(k)), decode(snippet.Content[i+1])) {
+			return fmt.Errorf("%s not set", k)
+		}
+	}
+	m := c.root()
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i].Value
+		if !fields[k] && !reflect.DeepEqual(decode(merged.field(k)), decode(m.Content[i+1])) {
+			return fmt.Errorf("%s would change", k)
+		}
+	}
+	if n := len(merged.root().Content); n > len(m.Content)+len(snippet.Content) {
+		return fmt.Errorf("fields would be added")
+	}
+	return nil
+}
+
+func (c *configFile) mergeText(snippet *yaml.Node) ([]byte, error) {
 	var add []*yaml.Node
 	lines := strings.SplitAfter(string(c.data), "\n")
 	for i := 0; i+1 < len(snippet.Content); i += 2 {
