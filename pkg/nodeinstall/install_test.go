@@ -310,6 +310,14 @@ func TestInstallRefuses(t *testing.T) {
 			want:   "/etc/default/kubelet:2: --image-service-endpoint: the kubelet's image service is unix:///run/other/image.sock",
 		},
 		{
+			name:   "the kubelet's runtime endpoint is serve's socket",
+			layout: "kubeadm",
+			setup: func(t *testing.T, root string) {
+				rewrite(t, root, "var/lib/kubelet/kubeadm-flags.env", "unix:///var/run/containerd/containerd.sock", "unix:///run/pullguard/pullguard.sock")
+			},
+			want: "the kubelet's containerRuntimeEndpoint is serve's socket",
+		},
+		{
 			name:   "imageServiceEndpoint in a drop-in",
 			layout: "eks",
 			setup: func(t *testing.T, root string) {

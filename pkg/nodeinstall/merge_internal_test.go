@@ -47,3 +47,31 @@ func FuzzMerge(f *testing.F) {
 		}
 	})
 }
+
+func TestAddExtraArg(t *testing.T) {
+	const arg = "--config-dir=/etc/kubernetes/kubelet.conf.d"
+	tests := []struct {
+		name, file, want string
+	}{
+		{name: "no file", file: "", want: "KUBELET_EXTRA_ARGS=" + arg + "\n"},
+		{name: "empty value", file: "KUBELET_EXTRA_ARGS=\n", want: "KUBELET_EXTRA_ARGS=" + arg + "\n"},
+		{name: "double quotes", file: "# ours\nKUBELET_EXTRA_ARGS=\"--v=2 --node-labels=a=b\"\nOTHER=1\n", want: "# ours\nKUBELET_EXTRA_ARGS=\"--v=2 --node-labels=a=b " + arg + "\"\nOTHER=1\n"},
+		{name: "empty quotes", file: "KUBELET_EXTRA_ARGS=''", want: "KUBELET_EXTRA_ARGS='" + arg + "'"},
+		{name: "plain, the last line wins", file: "KUBELET_EXTRA_ARGS=--v=1\nKUBELET_EXTRA_ARGS=--v=2\r\n", want: "KUBELET_EXTRA_ARGS=--v=1\nKUBELET_EXTRA_ARGS=--v=2 " + arg + "\r\n"},
+		{name: "no such variable", file: "OTHER=1", want: "OTHER=1\nKUBELET_EXTRA_ARGS=" + arg + "\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := string(addExtraArg([]byte(tt.file), arg))
+			assert.Equal(t, tt.want, got)
+			vars := ParseEnvFile([]byte(got))
+			flags := map[string]Flag{}
+			for _, v := range vars {
+				if v.Name == "KUBELET_EXTRA_ARGS" {
+					ParseFlags(strings.Fields(v.Value), "f", v.Line, flags)
+				}
+			}
+			assert.Equal(t, "/etc/kubernetes/kubelet.conf.d", flags["config-dir"].Value)
+		})
+	}
+}
