@@ -73,7 +73,8 @@ var metricsAddr = regexp.MustCompile(`"Serving /metrics and /healthz".*address="
 func startServe(t *testing.T, socket, root string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{socket: socket, root: root, out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
-	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"), "-v=2"}, args...)
+	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"),
+		"--admin-socket", filepath.Join(filepath.Dir(socket), "admin.sock"), "-v=2"}, args...)
 	d.cmd = exec.Command(binary, all...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	require.NoError(t, d.cmd.Start())

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/pullguard/pullguard/credtracker"
+)
+
+// TestAdminSocketPeers: serve's admin socket answers root only, whatever
+// the socket's mode lets connect (the peer's uid from SO_PEERCRED, faked
+// here: the test runs as root), and says when it holds no store.
+func TestAdminSocketPeers(t *testing.T) {
+	cases := []struct {
+		name       string
+		peerUID    func(net.Conn) (uint32, error)
+		protecting bool
+		wantErr    string
+		wantIs     error
+	}{
+		{name: "a peer that is not root", peerUID: func(net.Conn) (uint32, error) { return 1000, nil }, protecting: true,
+			wantErr: "answered 403 Forbidden: only root may read the records"},
+		{name: "a peer whose credentials cannot be read", peerUID: func(net.Conn) (uint32, error) { return 0, errors.New("no credentials") }, protecting: true,
+			wantErr: "answered 403 Forbidden: only root may read the records"},
+		{name: "root, by SO_PEERCRED, with the protection off", protecting: false, wantIs: errServeHoldsNoStore},
+		{name: "root, by SO_PEERCRED, with a tracker that cannot list its intents", protecting: true,
+			wantErr: "answered 500 Internal Server Error: the credential tracker cannot list its pull intents"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, err := os.MkdirTemp("", "pgadmin")
+			require.NoError(t, err)
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			socket := filepath.Join(dir, "admin.sock")
+			stop, err := serveAdmin(socket, &adminServer{rootDir: dir, tracker: credtracker.Disabled(), protecting: tc.protecting,
+				logger: ktesting.NewLogger(t, ktesting.NewConfig()), peerUID: tc.peerUID})
+			require.NoError(t, err)
+			t.Cleanup(stop)
+
+			_, root, err := fetchRecords(context.Background(), socket)
+			require.Error(t, err)
+			if tc.wantIs != nil {
+				assert.ErrorIs(t, err, tc.wantIs)
+				assert.Equal(t, dir, root, "serve names its root directory")
+			} else {
+				assert.Contains(t, err.Error(), tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestAdminSocketAbsent: an absent socket, or one nobody answers on, is
+// no serve: records then reads the store itself.
+func TestAdminSocketAbsent(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pgadmin")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	_, _, err = fetchRecords(context.Background(), filepath.Join(dir, "absent.sock"))
+	assert.ErrorIs(t, err, errNoServe, "absent")
+
+	stale := filepath.Join(dir, "stale.sock")
+	l, err := net.Listen("unix", stale)
+	require.NoError(t, err)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	require.NoError(t, l.Close())
+	_, _, err = fetchRecords(context.Background(), stale)
+	assert.ErrorIs(t, err, errNoServe, "a socket left by a serve that is gone refuses connections")
+}
