@@ -29,8 +29,7 @@ func TestRecordsThroughServe(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, os.FileMode(0o750), fi.Mode().Perm(), "admin socket's directory mode")
 
-	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
-		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	res := runTenantsThroughServe(t, w, d, filepath.Join(dir, "kubelet"))
 	require.Equal(t, 0, res.code, res.stderr)
 
 	live := map[string]string{}
@@ -56,6 +55,14 @@ func TestRecordsThroughServe(t *testing.T) {
 	}
 }
 
+// runTenantsThroughServe runs the tenants' pods with `pullguard run` as a
+// kubelet without its own gate, its image service serve's socket.
+func runTenantsThroughServe(t *testing.T, w *world, d *daemon, kubeletRoot string) cliResult {
+	t.Helper()
+	return pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", kubeletRoot,
+		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+}
+
 // TestRecordsServeNotAnswering: a serve that holds the root directory
 // (its lock) but does not answer on the admin socket (starting, or given
 // another --admin-socket) is named, not failed on as a locked store.
@@ -63,8 +70,7 @@ func TestRecordsServeNotAnswering(t *testing.T) {
 	w := newWorld(t)
 	dir := shortDir(t)
 	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded")
-	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
-		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	res := runTenantsThroughServe(t, w, d, filepath.Join(dir, "kubelet"))
 	require.Equal(t, 0, res.code, res.stderr)
 	require.Equal(t, 0, d.stop(t))
 

@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -36,6 +35,8 @@ func (o *adminOptions) check() error {
 	return nil
 }
 
+var registerSilenceOnce sync.Once
+
 // startCallWatch starts noticing silence on the image service until ctx
 // is done, and returns the watch (nil when --silence-bound is 0) and the
 // gRPC server option that shows it every call.
@@ -44,14 +45,7 @@ func (o *adminOptions) startCallWatch(ctx context.Context, withMetrics bool, log
 		return nil, nil
 	}
 	if withMetrics {
-		for _, m := range criproxy.SilenceMetrics() {
-			if err := legacyregistry.Register(m); err != nil {
-				var already prometheus.AlreadyRegisteredError
-				if !errors.As(err, &already) {
-					logger.Error(err, "Failed to register a metric")
-				}
-			}
-		}
+		registerSilenceOnce.Do(func() { legacyregistry.MustRegister(criproxy.SilenceMetrics()...) })
 	}
 	w := criproxy.NewCallWatch(clock.RealClock{}, o.silenceBound, logger)
 	go w.Run(ctx)

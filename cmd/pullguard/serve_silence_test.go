@@ -5,26 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// waitLog waits until serve's output holds want.
-func (d *daemon) waitLog(t *testing.T, want string) {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for !strings.Contains(d.out.String(), want) {
-		select {
-		case <-d.out.ch:
-		case <-d.done:
-			t.Fatalf("serve exited: %s", d.out.String())
-		case <-deadline:
-			t.Fatalf("serve did not log %q: %s", want, d.out.String())
-		}
-	}
-}
 
 // TestServeNoticesSilence: a serve no image service call reaches says
 // so once, in its log, in /healthz (still 200: /healthz is its liveness)
@@ -46,8 +30,7 @@ func TestServeNoticesSilence(t *testing.T) {
 	assert.Contains(t, metrics, "\npullguard_criproxy_silent 1\n")
 	assert.Contains(t, metrics, "\npullguard_criproxy_last_request_timestamp_seconds ")
 
-	res := pullguard(t, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", filepath.Join(dir, "kubelet"),
-		"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+	res := runTenantsThroughServe(t, w, d, filepath.Join(dir, "kubelet"))
 	require.Equal(t, 0, res.code, res.stderr)
 	d.waitLog(t, "Image service calls resumed")
 	code, body = d.get(t, "/healthz")

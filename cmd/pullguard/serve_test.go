@@ -90,20 +90,27 @@ func startServe(t *testing.T, socket, root string, args ...string) *daemon {
 			assert.NotContains(t, d.out.String(), pw, "a password was logged")
 		}
 	})
+	d.waitLog(t, "pullguard: serving on")
+	if m := metricsAddr.FindStringSubmatch(d.out.String()); m != nil {
+		d.metrics = m[1]
+	}
+	return d
+}
+
+// waitLog waits until serve's output holds want, failing if serve exits
+// or 30 seconds pass first.
+func (d *daemon) waitLog(t *testing.T, want string) {
+	t.Helper()
 	deadline := time.After(30 * time.Second)
-	for !strings.Contains(d.out.String(), "pullguard: serving on") {
+	for !strings.Contains(d.out.String(), want) {
 		select {
 		case <-d.out.ch:
 		case <-d.done:
 			t.Fatalf("serve exited: %s", d.out.String())
 		case <-deadline:
-			t.Fatalf("serve did not start: %s", d.out.String())
+			t.Fatalf("serve did not log %q: %s", want, d.out.String())
 		}
 	}
-	if m := metricsAddr.FindStringSubmatch(d.out.String()); m != nil {
-		d.metrics = m[1]
-	}
-	return d
 }
 
 // stop sends SIGTERM and waits for the exit code.
