@@ -37,12 +37,15 @@ const (
 	// The admin socket's deadlines: serve's to read a request and write
 	// an answer, records' to connect, to get the answer's headers and to
 	// read all of it.
-	adminReadTimeout   = 10 * time.Second
-	adminWriteTimeout  = 2 * time.Minute
-	adminDialTimeout   = 2 * time.Second
-	adminHeaderTimeout = 30 * time.Second
-	adminTotalTimeout  = adminWriteTimeout + 10*time.Second
+	adminReadTimeout  = 10 * time.Second
+	adminWriteTimeout = 2 * time.Minute
+	adminDialTimeout  = 2 * time.Second
+	adminTotalTimeout = adminWriteTimeout + 10*time.Second
 )
+
+// adminHeaderTimeout is how long records waits for serve's answer to
+// begin (a variable for the tests).
+var adminHeaderTimeout = 30 * time.Second
 
 // errServeHoldsNoStore is serve's answer when it has no record store open
 // (the protection is off): the store is read directly.
@@ -191,6 +194,8 @@ func fetchRecords(ctx context.Context, socket string) (recordsDoc, string, error
 	switch {
 	case errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED):
 		return doc, "", fmt.Errorf("%w (%s): %w", errNoServe, socket, err)
+	case errors.Is(err, os.ErrPermission):
+		return doc, "", fmt.Errorf("only root may read the records of a running serve (admin socket %s): %w", socket, err)
 	case err != nil:
 		return doc, "", fmt.Errorf("serve's admin socket %s did not answer: %w", socket, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,39 @@ func TestAdminSocketAbsent(t *testing.T) {
 	require.NoError(t, l.Close())
 	_, _, err = fetchRecords(context.Background(), stale)
 	assert.ErrorIs(t, err, errNoServe, "a socket left by a serve that is gone refuses connections")
+}
+
+// TestAdminSocketServeNotAnswering: a serve that accepts the connection
+// and never answers fails records at the deadline, saying so; it is not
+// taken for an absent serve.
+func TestAdminSocketServeNotAnswering(t *testing.T) {
+	dir, err := os.MkdirTemp("", "pgadmin")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	socket := filepath.Join(dir, "stuck.sock")
+	l, err := net.Listen("unix", socket)
+	require.NoError(t, err)
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			accepted <- c // held open, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		select {
+		case c := <-accepted:
+			c.Close()
+		default:
+		}
+	})
+	old := adminHeaderTimeout
+	adminHeaderTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { adminHeaderTimeout = old })
+
+	_, _, err = fetchRecords(context.Background(), socket)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, errNoServe)
+	assert.Contains(t, err.Error(), "serve's admin socket "+socket+" did not answer")
+	assert.Contains(t, err.Error(), "timeout awaiting response headers")
 }
