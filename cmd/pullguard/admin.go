@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -119,29 +120,60 @@ func (a *adminServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, errServeHoldsNoStore.Error(), http.StatusConflict)
 		return
 	}
-	doc, err := trackerRecordsDoc(a.tracker)
+	live, ok := a.tracker.(credtracker.LiveInspector)
+	if !ok {
+		http.Error(w, "the credential tracker cannot be read while it runs", http.StatusInternalServerError)
+		return
+	}
+	st := a.tracker.Status()
+	intents, err := live.PendingIntents()
 	if err != nil {
-		a.logger.Error(err, "Failed to list the records for the admin socket")
+		a.logger.Error(err, "Failed to list the pull intents for the admin socket")
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if err := json.NewEncoder(w).Encode(doc); err != nil {
+	if err := streamRecordsDoc(w, newRecordsDoc(nil, st, intents), live.EachRecord); err != nil {
+		// The answer is cut short: records fails to decode it.
 		a.logger.V(2).Info("Failed to send the records", "err", err)
 	}
 }
 
-// trackerRecordsDoc is the records document of a running tracker.
-func trackerRecordsDoc(tr credtracker.Tracker) (recordsDoc, error) {
-	lister, ok := tr.(credtracker.IntentLister)
-	if !ok {
-		return recordsDoc{}, errors.New("the credential tracker cannot list its pull intents")
+// streamRecordsDoc writes doc, as JSON that decodes into a recordsDoc,
+// with the records each calls fn with, one at a time (doc's own records
+// are not written): serve never holds the document, nor a copy of every
+// record, however many images the node has.
+func streamRecordsDoc(w io.Writer, doc recordsDoc, each func(func(credtracker.ImageRecord) error) error) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	parts := []struct {
+		key   string
+		value any
+	}{{"status", doc.Status}, {"pendingIntents", doc.PendingIntents}, {"intents", doc.Intents}}
+	for i, p := range parts {
+		sep := ","
+		if i == 0 {
+			sep = "{"
+		}
+		fmt.Fprintf(bw, "%s%q:", sep, p.key)
+		if err := enc.Encode(p.value); err != nil {
+			return err
+		}
 	}
-	intents, err := lister.PendingIntents()
+	bw.WriteString(`,"records":[`)
+	first := true
+	err := each(func(r credtracker.ImageRecord) error {
+		if !first {
+			bw.WriteByte(',')
+		}
+		first = false
+		return enc.Encode(toJSON(r))
+	})
 	if err != nil {
-		return recordsDoc{}, err
+		return err
 	}
-	return newRecordsDoc(tr.Records(), tr.Status(), intents), nil
+	bw.WriteString("]}\n")
+	return bw.Flush()
 }
 
 // unixPeerUID is the uid of the peer of a unix socket connection

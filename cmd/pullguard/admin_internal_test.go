@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -32,8 +34,8 @@ func TestAdminSocketPeers(t *testing.T) {
 		{name: "a peer whose credentials cannot be read", peerUID: func(net.Conn) (uint32, error) { return 0, errors.New("no credentials") }, protecting: true,
 			wantErr: "answered 403 Forbidden: only root may read the records"},
 		{name: "root, by SO_PEERCRED, with the protection off", protecting: false, wantIs: errServeHoldsNoStore},
-		{name: "root, by SO_PEERCRED, with a tracker that cannot list its intents", protecting: true,
-			wantErr: "answered 500 Internal Server Error: the credential tracker cannot list its pull intents"},
+		{name: "root, by SO_PEERCRED, with a tracker that cannot be read while it runs", protecting: true,
+			wantErr: "answered 500 Internal Server Error: the credential tracker cannot be read while it runs"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -109,4 +111,57 @@ func TestAdminSocketServeNotAnswering(t *testing.T) {
 	assert.NotErrorIs(t, err, errNoServe)
 	assert.Contains(t, err.Error(), "serve's admin socket "+socket+" did not answer")
 	assert.Contains(t, err.Error(), "timeout awaiting response headers")
+}
+
+// TestStreamRecordsDoc: the document serve streams, a record at a time,
+// decodes into the one newRecordsDoc builds; one cut short by an error
+// does not decode.
+func TestStreamRecordsDoc(t *testing.T) {
+	at := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	recs := []credtracker.ImageRecord{
+		{ImageRef: "sha256:aaaa", Updated: at, Repositories: map[string]*credtracker.RepositoryRecord{
+			"registry.example/team/app": {NodeAccessible: true, Updated: at},
+		}},
+		{ImageRef: "sha256:bbbb", UnknownOrigin: "record unreadable: bad", Updated: at, Repositories: map[string]*credtracker.RepositoryRecord{}},
+	}
+	st := credtracker.Status{Records: 2, Intents: 1, UnreadableRecords: 1}
+	intents := []credtracker.PendingIntent{{Image: "registry.example/team/other:v1", Since: at}}
+	want := newRecordsDoc(recs, st, intents)
+
+	cases := []struct {
+		name    string
+		recs    []credtracker.ImageRecord
+		fail    error
+		wantDoc *recordsDoc
+	}{
+		{name: "records", recs: recs, wantDoc: &want},
+		{name: "no record", wantDoc: func() *recordsDoc { d := newRecordsDoc(nil, st, intents); return &d }()},
+		{name: "cut short", recs: recs, fail: errors.New("client gone")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			err := streamRecordsDoc(&buf, newRecordsDoc(nil, st, intents), func(fn func(credtracker.ImageRecord) error) error {
+				for i, r := range tc.recs {
+					if tc.fail != nil && i == 1 {
+						return tc.fail
+					}
+					if err := fn(r); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			var got recordsDoc
+			decodeErr := json.NewDecoder(&buf).Decode(&got)
+			if tc.wantDoc == nil {
+				assert.ErrorIs(t, err, tc.fail)
+				assert.Error(t, decodeErr, "a document cut short never decodes")
+				return
+			}
+			require.NoError(t, err)
+			require.NoError(t, decodeErr)
+			assert.Equal(t, *tc.wantDoc, got)
+		})
+	}
 }
