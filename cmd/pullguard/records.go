@@ -87,15 +87,17 @@ func loadRecordsDoc(ctx context.Context, rootDir, adminSocket string) (recordsDo
 	if adminSocket != "" {
 		doc, served, err := fetchRecords(ctx, adminSocket)
 		switch {
-		case err == nil && sameDir(served, rootDir):
-			return doc, nil
-		case err == nil || errors.Is(err, errServeHoldsNoStore) && !sameDir(served, rootDir):
-			other = served
-		case errors.Is(err, errServeHoldsNoStore):
-			// serve runs with the protection off: it has no store open.
-			return readStoreDoc(dir)
-		case !errors.Is(err, errNoServe):
+		case errors.Is(err, errNoServe):
+		case err != nil && !errors.Is(err, errServeHoldsNoStore):
 			return recordsDoc{}, err
+		case !sameDir(served, rootDir):
+			other = served // a serve of another root directory
+		case err == nil:
+			return doc, nil
+		default:
+			// serve runs on rootDir with the protection off: it has no
+			// store open.
+			return readStoreDoc(dir)
 		}
 	}
 	held, err := serveLockHeld(rootDir)

@@ -65,7 +65,9 @@ func runTenantsThroughServe(t *testing.T, w *world, d *daemon, kubeletRoot strin
 
 // TestRecordsServeNotAnswering: a serve that holds the root directory
 // (its lock) but does not answer on the admin socket (starting, or given
-// another --admin-socket) is named, not failed on as a locked store.
+// another --admin-socket), or while another root directory's serve
+// answers there, is named, not failed on as a locked store; with the
+// lock free, the store is read directly.
 func TestRecordsServeNotAnswering(t *testing.T) {
 	w := newWorld(t)
 	dir := shortDir(t)
@@ -85,8 +87,16 @@ func TestRecordsServeNotAnswering(t *testing.T) {
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, "a pullguard serve holds "+d.root+" (serve.lock) but does not answer on the admin socket "+admin+" (still starting?")
 
+	// A serve of another root directory answers on the admin socket
+	// given: it is not the one that holds d.root.
+	other := startServe(t, filepath.Join(dir, "other.sock"), filepath.Join(dir, "other"), "--image-service-endpoint", "embedded", "--admin-socket", admin)
+	res = pullguard(t, "records", "--root-dir", d.root, "--admin-socket", admin)
+	assert.Equal(t, 1, res.code)
+	assert.Contains(t, res.stderr, "a pullguard serve holds "+d.root+" (serve.lock) but the serve on the admin socket "+admin+" serves "+other.root)
+
 	require.NoError(t, syscall.Flock(int(lock.Fd()), syscall.LOCK_UN))
 	res = pullguard(t, "records", "--root-dir", d.root, "--admin-socket", admin, "-o", "json")
-	require.Equal(t, 0, res.code, "no serve: the store is read directly: %s", res.stderr)
+	require.Equal(t, 0, res.code, "no serve on d.root: its store is read directly: %s", res.stderr)
 	assert.Contains(t, res.stdout, "cri-auth-")
+	require.Equal(t, 0, other.stop(t))
 }
