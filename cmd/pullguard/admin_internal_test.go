@@ -18,6 +18,16 @@ import (
 	"github.com/pullguard/pullguard/credtracker"
 )
 
+// socketDir is a directory for sockets (their paths are limited to 107
+// bytes; t.TempDir's can be longer), removed at the end of the test.
+func socketDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pgadmin")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
 // TestAdminSocketPeers: serve's admin socket answers root only, whatever
 // the socket's mode lets connect (the peer's uid from SO_PEERCRED, faked
 // here: the test runs as root), and says when it holds no store.
@@ -39,9 +49,7 @@ func TestAdminSocketPeers(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, err := os.MkdirTemp("", "pgadmin")
-			require.NoError(t, err)
-			t.Cleanup(func() { os.RemoveAll(dir) })
+			dir := socketDir(t)
 			socket := filepath.Join(dir, "admin.sock")
 			stop, err := serveAdmin(socket, &adminServer{rootDir: dir, tracker: credtracker.Disabled(), protecting: tc.protecting,
 				logger: ktesting.NewLogger(t, ktesting.NewConfig()), peerUID: tc.peerUID})
@@ -63,10 +71,8 @@ func TestAdminSocketPeers(t *testing.T) {
 // TestAdminSocketAbsent: an absent socket, or one nobody answers on, is
 // no serve: records then reads the store itself.
 func TestAdminSocketAbsent(t *testing.T) {
-	dir, err := os.MkdirTemp("", "pgadmin")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	_, _, err = fetchRecords(context.Background(), filepath.Join(dir, "absent.sock"))
+	dir := socketDir(t)
+	_, _, err := fetchRecords(context.Background(), filepath.Join(dir, "absent.sock"))
 	assert.ErrorIs(t, err, errNoServe, "absent")
 
 	stale := filepath.Join(dir, "stale.sock")
@@ -82,9 +88,7 @@ func TestAdminSocketAbsent(t *testing.T) {
 // and never answers fails records at the deadline, saying so; it is not
 // taken for an absent serve.
 func TestAdminSocketServeNotAnswering(t *testing.T) {
-	dir, err := os.MkdirTemp("", "pgadmin")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := socketDir(t)
 	socket := filepath.Join(dir, "stuck.sock")
 	l, err := net.Listen("unix", socket)
 	require.NoError(t, err)
