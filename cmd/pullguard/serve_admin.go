@@ -29,8 +29,8 @@ func (o *adminOptions) addFlags(f *pflag.FlagSet) {
 }
 
 func (o *adminOptions) check() error {
-	if o.silenceBound < 0 {
-		return fmt.Errorf("--silence-bound must not be negative, got %s", o.silenceBound)
+	if o.silenceBound != 0 && o.silenceBound < time.Second {
+		return fmt.Errorf("--silence-bound must be 0 (off) or at least 1s, got %s", o.silenceBound)
 	}
 	return nil
 }

@@ -404,6 +404,8 @@ func TestServeBadInput(t *testing.T) {
 		{"registry timeout negative", []string{"--registry-request-timeout", "-5s"}, "--registry-request-timeout must be positive"},
 		{"registry timeout of the kubelet's", []string{"--registry-request-timeout", "2m"}, "must be below the kubelet's default runtimeRequestTimeout (2m0s)"},
 		{"registry timeout above the config's", []string{"--config", shortKubelet, "--registry-request-timeout", "30s"}, "must be below the runtimeRequestTimeout of --config (20s)"},
+		{"silence bound below a second", []string{"--silence-bound", "500ms"}, "--silence-bound must be 0 (off) or at least 1s, got 500ms"},
+		{"silence bound negative", []string{"--silence-bound", "-1m"}, "--silence-bound must be 0 (off) or at least 1s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -105,9 +105,10 @@ func (w *CallWatch) Status() SilenceStatus {
 }
 
 // Run checks for a silence until ctx is done, every quarter of the bound
-// (at most every 10 s): it logs one warning when one starts.
+// (at most every 10 s, at least every millisecond): it logs one warning
+// when one starts.
 func (w *CallWatch) Run(ctx context.Context) {
-	t := w.clock.NewTicker(min(w.bound/4, 10*time.Second))
+	t := w.clock.NewTicker(max(time.Millisecond, min(w.bound/4, 10*time.Second)))
 	defer t.Stop()
 	for {
 		select {
