@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,13 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pullguard/pullguard/credtracker"
+	"github.com/pullguard/pullguard/pkg/criproxy"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 func newRecordsCommand() *cobra.Command {
-	var rootDir, output, runtimeEndpoint string
+	var rootDir, output, runtimeEndpoint, adminSocket string
 	cmd := &cobra.Command{
 		Use:   "records",
 		Short: "List what the node remembers about who pulled each image",
@@ -30,12 +32,17 @@ it is node-accessible (pulled anonymously or with node credentials), and when it
 was last updated; then the pull intents not yet resolved and the store's health.
 No secret material is stored, so none is shown.
 
+While pullguard serve runs on --root-dir, records asks it, on its admin socket
+(--admin-socket, which only root may use): serve has the store open. With no
+serve running, records reads the store itself, without changing it; it fails
+while a pullguard run holds it, and says so when a serve holds the root
+directory but does not answer on the admin socket.
+
 With --runtime, it also lists the images present in that runtime that have no
 record: under the default policy they count as preloaded, free to every pod.
 
 A root directory that holds no record store is an error: it is most likely not
-the one given to pullguard run. It reads the store without changing it; it
-fails while another pullguard holds it.`,
+the --root-dir of pullguard serve or pullguard run.`,
 		Example: `  pullguard records
   pullguard records --root-dir /var/lib/pullguard -o json
   pullguard records --runtime unix:///run/containerd/containerd.sock`,
@@ -44,36 +51,98 @@ fails while another pullguard holds it.`,
 			if err := checkFormat(output); err != nil {
 				return err
 			}
-			dir := filepath.Join(rootDir, podworkers.TrackerDir)
-			if _, err := os.Stat(filepath.Join(dir, credtracker.StoreFile)); err != nil {
-				return fmt.Errorf("no record store under %s (%v): is --root-dir the directory given to pullguard run? A run with the protection on creates it", rootDir, err)
-			}
-			recs, st, err := credtracker.ReadRecords(dir)
+			doc, err := loadRecordsDoc(cmd.Context(), rootDir, adminSocket)
 			if err != nil {
 				return err
 			}
-			intents, err := credtracker.ReadIntents(dir)
-			if err != nil {
-				return err
-			}
-			doc := newRecordsDoc(recs, st, intents)
 			if runtimeEndpoint != "" {
 				images, err := listRuntime(cmd.Context(), runtimeEndpoint)
 				if err != nil {
 					return err
 				}
 				doc.Unrecorded = []unrecordedJSON{}
-				for _, img := range unrecorded(images, recs) {
+				for _, img := range unrecorded(images, doc.imageRefs()) {
 					doc.Unrecorded = append(doc.Unrecorded, unrecordedJSON{ImageRef: img.Ref, Names: img.Names})
 				}
 			}
 			return writeRecords(cmd.OutOrStdout(), output, doc)
 		},
 	}
-	cmd.Flags().StringVar(&rootDir, "root-dir", defaultRootDir(), "the root directory given to pullguard run")
+	cmd.Flags().StringVar(&rootDir, "root-dir", defaultRootDir(), "the --root-dir of pullguard serve or pullguard run, which holds the record store")
 	cmd.Flags().StringVarP(&output, "output", "o", formatTable, "output format: table, wide, json or yaml")
 	cmd.Flags().StringVar(&runtimeEndpoint, "runtime", "", "CRI endpoint of the node's runtime (such as unix:///run/containerd/containerd.sock), to list its images that have no record")
+	cmd.Flags().StringVar(&adminSocket, "admin-socket", defaultAdminSocket, `serve's --admin-socket, to ask a running serve; "" reads the store directly (never while serve runs)`)
 	return cmd
+}
+
+// loadRecordsDoc returns the records document of the store under
+// rootDir: from the serve answering on adminSocket when it serves
+// rootDir, otherwise read from the store, when no serve holds rootDir.
+func loadRecordsDoc(ctx context.Context, rootDir, adminSocket string) (recordsDoc, error) {
+	dir := filepath.Join(rootDir, podworkers.TrackerDir)
+	if _, err := os.Stat(filepath.Join(dir, credtracker.StoreFile)); err != nil {
+		return recordsDoc{}, fmt.Errorf("no record store under %s (%v): is --root-dir the --root-dir of pullguard serve or pullguard run? Either creates it with the protection on", rootDir, err)
+	}
+	other := "" // the root directory of a serve answering for another one
+	if adminSocket != "" {
+		doc, served, err := fetchRecords(ctx, adminSocket)
+		switch {
+		case errors.Is(err, errNoServe):
+		case err != nil && !errors.Is(err, errServeHoldsNoStore):
+			return recordsDoc{}, err
+		case !sameDir(served, rootDir):
+			other = served // a serve of another root directory
+		case err == nil:
+			return doc, nil
+		default:
+			// serve runs on rootDir with the protection off: it has no
+			// store open.
+			return readStoreDoc(dir)
+		}
+	}
+	held, err := serveLockHeld(rootDir)
+	if err != nil {
+		return recordsDoc{}, err
+	}
+	if held {
+		msg := fmt.Sprintf("a pullguard serve holds %s (%s) but ", rootDir, criproxy.LockFile)
+		switch {
+		case adminSocket == "":
+			msg += "--admin-socket is empty"
+		case other != "":
+			msg += fmt.Sprintf("the serve on the admin socket %s serves %s", adminSocket, other)
+		default:
+			msg += fmt.Sprintf("does not answer on the admin socket %s (still starting? or started with another --admin-socket?)", adminSocket)
+		}
+		return recordsDoc{}, errors.New(msg + ": give records that serve's --admin-socket; it does not read a store serve has open")
+	}
+	return readStoreDoc(dir)
+}
+
+// readStoreDoc reads the records document from the store under dir.
+func readStoreDoc(dir string) (recordsDoc, error) {
+	recs, st, err := credtracker.ReadRecords(dir)
+	if err != nil {
+		return recordsDoc{}, err
+	}
+	intents, err := credtracker.ReadIntents(dir)
+	if err != nil {
+		return recordsDoc{}, err
+	}
+	return newRecordsDoc(recs, st, intents), nil
+}
+
+// sameDir says whether a and b name one directory.
+func sameDir(a, b string) bool {
+	if a == "" || b == "" {
+		return false
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA != nil || errB != nil {
+		return filepath.Clean(a) == filepath.Clean(b)
+	}
+	return os.SameFile(fa, fb)
 }
 
 // listRuntime lists the images of the runtime at endpoint.
@@ -142,6 +211,15 @@ type intentJSON struct {
 	// Since is when the pull started; absent for an intent written by a
 	// pullguard that did not record it.
 	Since *time.Time `json:"since,omitempty"`
+}
+
+// imageRefs are the image refs doc has a record of.
+func (doc recordsDoc) imageRefs() map[string]bool {
+	refs := make(map[string]bool, len(doc.Records))
+	for _, r := range doc.Records {
+		refs[r.ImageRef] = true
+	}
+	return refs
 }
 
 type unrecordedJSON struct {

@@ -59,6 +59,7 @@ type serveOptions struct {
 	// kubelet's runtimeRequestTimeout: checkRegistryTimeout).
 	registryTimeout    time.Duration
 	registryTimeoutSet bool
+	admin              adminOptions
 }
 
 // kubeletRuntimeRequestTimeout is the kubelet's default
@@ -112,6 +113,7 @@ socket removed.`,
 	f.StringVar(&o.registryConfigPath, "registry-config-path", criruntime.DefaultRegistryConfigPath, "containerd's registry hosts directories (the config_path of its CRI registry configuration, separated by ':'; the default is containerd v2's): the verification of a pull reaches the registry through the same hosts.toml mirrors, CAs and client certificates as the runtime's pull; an absent directory, or \"\", is no configuration")
 	f.DurationVar(&o.registryTimeout, "registry-request-timeout", criproxy.DefaultVerificationTimeout, "how long serve's own requests to a registry may take: all of a pull's verifications (every host tried, token fetches and redirects included), and each connection, TLS handshake and wait for an answer's headers; a registry that does not answer by then fails the pull with DeadlineExceeded. Below the kubelet's runtimeRequestTimeout (--config's, else 2m); when not given and that is 30s or less, half of it")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
+	o.admin.addFlags(f)
 	return cmd
 }
 
@@ -159,6 +161,9 @@ func (o *serveOptions) check() (checkedServe, error) {
 	}
 	if c.unrecorded, err = criproxy.ParseUnrecordedImages(o.unrecorded); err != nil {
 		return c, fmt.Errorf("--unrecorded-images: %w", err)
+	}
+	if err := o.admin.check(); err != nil {
+		return c, err
 	}
 	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
@@ -261,9 +266,11 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	gs := criproxy.NewGRPCServer(srv, logger)
+	watch, watchOpts := o.admin.startCallWatch(ctx, o.metricsAddr != "" && o.metricsAddr != "0", logger)
+	gs := criproxy.NewGRPCServer(srv, logger, watchOpts...)
+	defer o.admin.startAdmin(o.rootDir, tracker, c.settings.Gates.EnsureSecretPulledImages, logger)()
 
-	metricsSrv, err := o.serveMetrics(backend, healthzBody(c.settings), logger)
+	metricsSrv, err := o.serveMetrics(backend, healthzFunc(healthzBody(c.settings), watch), logger)
 	if err != nil {
 		return err
 	}
@@ -400,7 +407,7 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 
 // serveMetrics serves /metrics and /healthz, or nothing when the address
 // is "" or "0".
-func (o *serveOptions) serveMetrics(backend criproxy.Backend, health string, logger klog.Logger) (*http.Server, error) {
+func (o *serveOptions) serveMetrics(backend criproxy.Backend, health func() string, logger klog.Logger) (*http.Server, error) {
 	if o.metricsAddr == "" || o.metricsAddr == "0" {
 		return nil, nil
 	}
@@ -417,7 +424,7 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, health string, log
 			http.Error(w, "image service backend unavailable", http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = io.WriteString(w, health)
+		_, _ = io.WriteString(w, health())
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -73,7 +73,8 @@ var metricsAddr = regexp.MustCompile(`"Serving /metrics and /healthz".*address="
 func startServe(t *testing.T, socket, root string, args ...string) *daemon {
 	t.Helper()
 	d := &daemon{socket: socket, root: root, out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
-	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"), "-v=2"}, args...)
+	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"),
+		"--admin-socket", filepath.Join(filepath.Dir(socket), "admin.sock"), "-v=2"}, args...)
 	d.cmd = exec.Command(binary, all...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	require.NoError(t, d.cmd.Start())
@@ -89,20 +90,27 @@ func startServe(t *testing.T, socket, root string, args ...string) *daemon {
 			assert.NotContains(t, d.out.String(), pw, "a password was logged")
 		}
 	})
+	d.waitLog(t, "pullguard: serving on")
+	if m := metricsAddr.FindStringSubmatch(d.out.String()); m != nil {
+		d.metrics = m[1]
+	}
+	return d
+}
+
+// waitLog waits until serve's output holds want, failing if serve exits
+// or 30 seconds pass first.
+func (d *daemon) waitLog(t *testing.T, want string) {
+	t.Helper()
 	deadline := time.After(30 * time.Second)
-	for !strings.Contains(d.out.String(), "pullguard: serving on") {
+	for !strings.Contains(d.out.String(), want) {
 		select {
 		case <-d.out.ch:
 		case <-d.done:
 			t.Fatalf("serve exited: %s", d.out.String())
 		case <-deadline:
-			t.Fatalf("serve did not start: %s", d.out.String())
+			t.Fatalf("serve did not log %q: %s", want, d.out.String())
 		}
 	}
-	if m := metricsAddr.FindStringSubmatch(d.out.String()); m != nil {
-		d.metrics = m[1]
-	}
-	return d
 }
 
 // stop sends SIGTERM and waits for the exit code.
@@ -396,6 +404,8 @@ func TestServeBadInput(t *testing.T) {
 		{"registry timeout negative", []string{"--registry-request-timeout", "-5s"}, "--registry-request-timeout must be positive"},
 		{"registry timeout of the kubelet's", []string{"--registry-request-timeout", "2m"}, "must be below the kubelet's default runtimeRequestTimeout (2m0s)"},
 		{"registry timeout above the config's", []string{"--config", shortKubelet, "--registry-request-timeout", "30s"}, "must be below the runtimeRequestTimeout of --config (20s)"},
+		{"silence bound below a second", []string{"--silence-bound", "500ms"}, "--silence-bound must be 0 (off) or at least 1s, got 500ms"},
+		{"silence bound negative", []string{"--silence-bound", "-1m"}, "--silence-bound must be 0 (off) or at least 1s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -18,11 +18,8 @@ import (
 // under NeverVerifyPreloadedImages they count as preloaded, free to every
 // pod. An image with a record is protected under the names it was pulled
 // by, and needs verification under any other.
-func unrecorded(images []credtracker.Image, recs []credtracker.ImageRecord) []credtracker.Image {
-	known := make(map[string]bool, len(recs))
-	for _, r := range recs {
-		known[r.ImageRef] = true
-	}
+// known holds the image refs that have a record.
+func unrecorded(images []credtracker.Image, known map[string]bool) []credtracker.Image {
 	var out []credtracker.Image
 	for _, img := range images {
 		if !known[img.Ref] {
@@ -51,7 +48,12 @@ func warnUnrecorded(ctx context.Context, w io.Writer, n *podworkers.Node, s node
 		klog.Background().V(2).Info("Could not list the runtime's images to look for unrecorded ones", "err", err)
 		return
 	}
-	missing := unrecorded(images, n.Tracker.Records())
+	recs := n.Tracker.Records()
+	known := make(map[string]bool, len(recs))
+	for _, r := range recs {
+		known[r.ImageRef] = true
+	}
+	missing := unrecorded(images, known)
 	if len(missing) == 0 {
 		return
 	}

@@ -20,3 +20,6 @@ func OpenWindows(s *Server) int {
 	defer s.calls.mu.Unlock()
 	return s.calls.open.len()
 }
+
+// CheckSilence runs one of w's periodic checks now.
+func CheckSilence(w *CallWatch) { w.check() }

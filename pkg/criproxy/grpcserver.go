@@ -19,13 +19,14 @@ const recvWindow = 1 << 20
 // NewGRPCServer returns the gRPC server `pullguard serve` runs, with srv
 // registered as its runtime.v1.ImageService: ServerOptions' transport,
 // and the interceptors that count requests and turn a panic into
-// Internal. The benchmarks build their proxy with it too, so that they
-// measure the server the daemon runs.
-func NewGRPCServer(srv runtimeapi.ImageServiceServer, logger klog.Logger) *grpc.Server {
-	gs := grpc.NewServer(append(ServerOptions(),
+// Internal; opts are added after them (a CallWatch's interceptor, say).
+// The benchmarks build their proxy with it too, so that they measure the
+// server the daemon runs.
+func NewGRPCServer(srv runtimeapi.ImageServiceServer, logger klog.Logger, opts ...grpc.ServerOption) *grpc.Server {
+	gs := grpc.NewServer(append(append(ServerOptions(),
 		grpc.ChainUnaryInterceptor(UnaryInterceptor(logger)),
 		grpc.ChainStreamInterceptor(StreamInterceptor(logger)),
-	)...)
+	), opts...)...)
 	runtimeapi.RegisterImageServiceServer(gs, srv)
 	return gs
 }

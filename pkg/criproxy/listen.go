@@ -39,6 +39,19 @@ type Listener struct {
 // process's umask, no other user can connect before the mode is set (a
 // connection made in that moment would outlive the chmod).
 func Listen(socketPath string) (*Listener, error) {
+	return listen(socketPath, SocketMode)
+}
+
+// PrivateSocketMode is the mode of a socket only its owner (root) may
+// connect to: serve's admin socket.
+const PrivateSocketMode = 0o600
+
+// ListenPrivate is Listen with PrivateSocketMode.
+func ListenPrivate(socketPath string) (*Listener, error) {
+	return listen(socketPath, PrivateSocketMode)
+}
+
+func listen(socketPath string, mode os.FileMode) (*Listener, error) {
 	dir := filepath.Dir(socketPath)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("failed to create the socket's directory: %w", err)
@@ -65,7 +78,7 @@ func Listen(socketPath string) (*Listener, error) {
 	if afterBind != nil {
 		afterBind(bound)
 	}
-	if err := os.Chmod(bound, SocketMode); err != nil {
+	if err := os.Chmod(bound, mode); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("failed to set the mode of %s: %w", socketPath, err)
 	}
