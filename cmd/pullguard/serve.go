@@ -224,11 +224,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	// Then the socket: a second instance on another root directory is
 	// refused before it touches its state. A kubelet that connects before
 	// the records are loaded waits for the first answer.
-	lis, err := criproxy.Listen(c.socket)
+	lis, inherited, err := serveListener(c.socket)
 	if err != nil {
 		return err
 	}
 	defer lis.Close()
+	sdNotify(logger, "STATUS=Loading the record store")
 
 	backend, err := o.openBackend(ctx, c, logger)
 	if err != nil {
@@ -271,16 +272,24 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		defer metricsSrv.Close()
 	}
 
+	// Ready once the runtime answers too: systemd (Type=notify) starts
+	// the kubelet only then.
+	if !awaitRuntime(ctx, backend, o.backendName(), o.timeout, logger) {
+		logger.Info("Stopped before the runtime answered")
+		return nil
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
-	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
+	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "socketFromSystemd", inherited, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
 	fmt.Fprintf(stderr, "pullguard: serving on unix://%s\n", c.socket)
+	sdNotify(logger, "READY=1", "STATUS=Serving on unix://"+c.socket)
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("the gRPC server stopped: %w", err)
 	case <-ctx.Done():
 	}
+	sdNotify(logger, "STOPPING=1", "STATUS=Stopping: letting in-flight pulls finish")
 	o.shutdown(gs, srv, logger)
 	logger.Info("Stopped")
 	return nil
