@@ -105,7 +105,9 @@ func TestDeployUnitsVerifyCatchesMistakes(t *testing.T) {
 	analyze := requireSystemdTool(t, "systemd-analyze")
 	for name, edit := range map[string]func(string) string{
 		"unknown setting": func(s string) string { return strings.Replace(s, "[Service]\n", "[Service]\nNotASetting=1\n", 1) },
-		"missing binary":  func(s string) string { return strings.Replace(s, "/usr/bin/pullguard serve", "/usr/bin/pullguard-gone serve", 1) },
+		"missing binary": func(s string) string {
+			return strings.Replace(s, "/usr/bin/pullguard serve", "/usr/bin/pullguard-gone serve", 1)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			root := unitRoot(t)
