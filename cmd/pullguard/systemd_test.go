@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os"
@@ -283,12 +282,14 @@ type activated struct {
 	done chan struct{}
 }
 
-func socketActivate(t *testing.T, socket, notify string, args ...string) *activated {
+// socketActivate starts serve under systemd-socket-activate listening on
+// listen, with NOTIFY_SOCKET notify and serve's args after --listen, and
+// waits until it listens. The process is killed at the end of the test.
+func socketActivate(t *testing.T, listen, notify string, args ...string) *activated {
 	t.Helper()
 	tool := requireSystemdTool(t, "systemd-socket-activate")
 	a := &activated{out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
-	all := append([]string{"-l", socket, "-E", "NOTIFY_SOCKET=" + notify, binary, "serve", "--listen", "unix://" + socket}, args...)
-	a.cmd = exec.Command(tool, all...)
+	a.cmd = exec.Command(tool, append([]string{"-l", listen, "-E", "NOTIFY_SOCKET=" + notify, binary, "serve", "--listen"}, args...)...)
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	require.NoError(t, a.cmd.Start())
 	go func() { _ = a.cmd.Wait(); close(a.done) }()
@@ -300,7 +301,7 @@ func socketActivate(t *testing.T, socket, notify string, args ...string) *activa
 			<-a.done
 		}
 	})
-	a.waitFor(t, "Listening on "+socket, time.After(30*time.Second))
+	a.waitFor(t, "Listening on "+listen, time.After(30*time.Second))
 	return a
 }
 
@@ -356,7 +357,7 @@ func TestServeSocketActivationAndReadiness(t *testing.T) {
 	runtime := newHeldRuntime()
 	t.Cleanup(runtime.free)
 	endpoint := critest.Serve(t, runtime)
-	a := socketActivate(t, socket, notify.path, "--root-dir", root, "--image-service-endpoint", "unix://"+endpoint,
+	a := socketActivate(t, socket, notify.path, "unix://"+socket, "--root-dir", root, "--image-service-endpoint", "unix://"+endpoint,
 		"--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"), "-v=2")
 	deadline := time.After(60 * time.Second)
 
@@ -422,31 +423,14 @@ func TestServeRefusesAnotherInheritedSocket(t *testing.T) {
 	passed, root := filepath.Join(dir, "other.sock"), filepath.Join(dir, "root")
 	notify := newNotifySocket(t, dir)
 	endpoint := critest.Serve(t, critest.NewImageService())
-	tool := requireSystemdTool(t, "systemd-socket-activate")
-	out := &lockedBuffer{ch: make(chan struct{}, 1)}
-	cmd := exec.Command(tool, "-l", passed, "-E", "NOTIFY_SOCKET="+notify.path, binary, "serve",
-		"--listen", "unix://"+filepath.Join(dir, "pg.sock"), "--root-dir", root, "--image-service-endpoint", "unix://"+endpoint,
-		"--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"))
-	cmd.Stdout, cmd.Stderr = out, out
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	a := &activated{cmd: cmd, out: out, done: done}
+	a := socketActivate(t, passed, notify.path, "unix://"+filepath.Join(dir, "pg.sock"), "--root-dir", root,
+		"--image-service-endpoint", "unix://"+endpoint, "--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"))
 	deadline := time.After(60 * time.Second)
-	a.waitFor(t, "Listening on "+passed, deadline)
 	c, err := net.Dial("unix", passed)
 	require.NoError(t, err)
 	defer c.Close()
 	assert.Equal(t, 1, a.exitCode(t, deadline))
-	assert.Contains(t, out.String(), "systemd passed the socket unix:"+passed+", but --listen is unix://"+filepath.Join(dir, "pg.sock"))
+	assert.Contains(t, a.out.String(), "systemd passed the socket unix:"+passed+", but --listen is unix://"+filepath.Join(dir, "pg.sock"))
 	notify.mark(t, "TEST=end")
 	assert.False(t, slices.Contains(notify.until(t, "TEST=end", deadline), "READY=1"))
 	_, err = os.Stat(filepath.Join(dir, "pg.sock"))
@@ -459,5 +443,5 @@ func TestServeRefusesAnotherInheritedSocket(t *testing.T) {
 		}
 		assert.Equal(t, []string{"serve.lock"}, names, "nothing but the lock under the root directory")
 	}
-	assert.False(t, bytes.Contains([]byte(out.String()), []byte("pullguard: serving on")))
+	assert.NotContains(t, a.out.String(), "pullguard: serving on")
 }

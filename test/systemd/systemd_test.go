@@ -124,6 +124,18 @@ func TestRealSystemd(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatalf("the plugin never reported; serve's journal:\n%s", sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"))
 		}
+		// serve's own mount namespace: the node's docker config readable,
+		// /root read-only, its state directory writable.
+		pid := sd.show(t, "pullguard.service", "MainPID")
+		inServe := func(args ...string) error {
+			_, err := sd.try(append([]string{"nsenter", "-t", pid, "-m", "-r", "-w", "--"}, args...)...)
+			return err
+		}
+		require.NoError(t, inServe("test", "-x", "/usr/local/bin/fakecri"), "in the booted root, not the host's")
+		assert.NoError(t, inServe("test", "-r", nodeConfig), "serve sees %s", nodeConfig)
+		assert.Error(t, inServe("touch", "/root/.docker/e2e-write"), "/root is read-only to serve")
+		assert.Error(t, inServe("touch", "/var/lib/kubelet/e2e-write"), "the kubelet's root directory is read-only to serve")
+		assert.NoError(t, inServe("touch", "/var/lib/pullguard/e2e-write"), "serve's state directory is writable")
 		journal := sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat")
 		assert.NotContains(t, journal, "could not be read", "serve read the node's docker config")
 		assert.NotContains(t, journal, "tenant-pw-e2e")
