@@ -16,26 +16,9 @@ import (
 	"time"
 )
 
-type request struct {
-	APIVersion string `json:"apiVersion"`
-	Image      string `json:"image"`
-}
-
-type authConfig struct {
-	Username string `json:"username"`
-	Password string `json:"password"`
-}
-
-type response struct {
-	APIVersion    string                `json:"apiVersion"`
-	Kind          string                `json:"kind"`
-	CacheKeyType  string                `json:"cacheKeyType"`
-	CacheDuration string                `json:"cacheDuration"`
-	Auth          map[string]authConfig `json:"auth"`
-}
-
 func main() {
-	var req request
+	// The kubelet's CredentialProviderRequest: its apiVersion and image.
+	var req struct{ APIVersion, Image string }
 	if err := json.NewDecoder(os.Stdin).Decode(&req); err != nil {
 		fmt.Fprintln(os.Stderr, "bad request:", err)
 		os.Exit(1)
@@ -53,7 +36,7 @@ func main() {
 		c.Close()
 	}
 	host, _, _ := strings.Cut(req.Image, "/")
-	resp := response{APIVersion: req.APIVersion, Kind: "CredentialProviderResponse", CacheKeyType: "Image", CacheDuration: "0s",
-		Auth: map[string]authConfig{host: {Username: os.Getenv("NODE_USER"), Password: os.Getenv("NODE_PASSWORD")}}}
+	resp := map[string]any{"apiVersion": req.APIVersion, "kind": "CredentialProviderResponse", "cacheKeyType": "Image", "cacheDuration": "0s",
+		"auth": map[string]any{host: map[string]string{"username": os.Getenv("NODE_USER"), "password": os.Getenv("NODE_PASSWORD")}}}
 	_ = json.NewEncoder(os.Stdout).Encode(resp)
 }
