@@ -48,9 +48,13 @@ func serveListener(socket string) (lis net.Listener, inherited bool, err error) 
 		return nil, false, fmt.Errorf("the socket systemd passed (LISTEN_FDS=1) is not a listening stream socket: pullguard.socket must have ListenStream=%s", socket)
 	}
 	addr := l.Addr()
-	if addr.Network() != "unix" || filepath.Clean(addr.String()) != filepath.Clean(socket) {
+	if addr.Network() != "unix" {
 		l.Close()
-		return nil, false, fmt.Errorf("systemd passed the socket %s:%s, but --listen is unix://%s: make pullguard.socket's ListenStream= and serve's --listen the same path", addr.Network(), addr.String(), socket)
+		return nil, false, fmt.Errorf("the socket systemd passed, %s:%s, is not a listening stream socket: pullguard.socket must have ListenStream=%s", addr.Network(), addr.String(), socket)
+	}
+	if filepath.Clean(addr.String()) != filepath.Clean(socket) {
+		l.Close()
+		return nil, false, fmt.Errorf("systemd passed the socket unix:%s, but --listen is unix://%s: make pullguard.socket's ListenStream= and serve's --listen the same path", addr.String(), socket)
 	}
 	return l, true, nil
 }

@@ -282,14 +282,16 @@ type activated struct {
 	done chan struct{}
 }
 
-// socketActivate starts serve under systemd-socket-activate listening on
-// listen, with NOTIFY_SOCKET notify and serve's args after --listen, and
-// waits until it listens. The process is killed at the end of the test.
-func socketActivate(t *testing.T, listen, notify string, args ...string) *activated {
+// socketActivate starts serve under systemd-socket-activate with its
+// options opts (the last one the path it listens on last), NOTIFY_SOCKET
+// notify and serve's args after --listen, and waits until it listens. The
+// process is killed at the end of the test.
+func socketActivate(t *testing.T, opts []string, notify string, args ...string) *activated {
 	t.Helper()
 	tool := requireSystemdTool(t, "systemd-socket-activate")
 	a := &activated{out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
-	a.cmd = exec.Command(tool, append([]string{"-l", listen, "-E", "NOTIFY_SOCKET=" + notify, binary, "serve", "--listen"}, args...)...)
+	all := append(append(slices.Clone(opts), "-E", "NOTIFY_SOCKET="+notify, binary, "serve", "--listen"), args...)
+	a.cmd = exec.Command(tool, all...)
 	a.cmd.Stdout, a.cmd.Stderr = a.out, a.out
 	require.NoError(t, a.cmd.Start())
 	go func() { _ = a.cmd.Wait(); close(a.done) }()
@@ -301,7 +303,7 @@ func socketActivate(t *testing.T, listen, notify string, args ...string) *activa
 			<-a.done
 		}
 	})
-	a.waitFor(t, "Listening on "+listen, time.After(30*time.Second))
+	a.waitFor(t, "Listening on "+opts[len(opts)-1], time.After(30*time.Second))
 	return a
 }
 
@@ -357,7 +359,7 @@ func TestServeSocketActivationAndReadiness(t *testing.T) {
 	runtime := newHeldRuntime()
 	t.Cleanup(runtime.free)
 	endpoint := critest.Serve(t, runtime)
-	a := socketActivate(t, socket, notify.path, "unix://"+socket, "--root-dir", root, "--image-service-endpoint", "unix://"+endpoint,
+	a := socketActivate(t, []string{"-l", socket}, notify.path, "unix://"+socket, "--root-dir", root, "--image-service-endpoint", "unix://"+endpoint,
 		"--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"), "-v=2")
 	deadline := time.After(60 * time.Second)
 
@@ -415,33 +417,69 @@ func TestServeSocketActivationAndReadiness(t *testing.T) {
 	assert.NotZero(t, fi.Mode()&os.ModeSocket)
 }
 
-// TestServeRefusesAnotherInheritedSocket: a socket passed by systemd at
-// another path than --listen is refused, with both paths named, before
-// serve touches its state.
-func TestServeRefusesAnotherInheritedSocket(t *testing.T) {
-	dir := shortDir(t)
-	passed, root := filepath.Join(dir, "other.sock"), filepath.Join(dir, "root")
-	notify := newNotifySocket(t, dir)
-	endpoint := critest.Serve(t, critest.NewImageService())
-	a := socketActivate(t, passed, notify.path, "unix://"+filepath.Join(dir, "pg.sock"), "--root-dir", root,
-		"--image-service-endpoint", "unix://"+endpoint, "--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"))
-	deadline := time.After(60 * time.Second)
-	c, err := net.Dial("unix", passed)
-	require.NoError(t, err)
-	defer c.Close()
-	assert.Equal(t, 1, a.exitCode(t, deadline))
-	assert.Contains(t, a.out.String(), "systemd passed the socket unix:"+passed+", but --listen is unix://"+filepath.Join(dir, "pg.sock"))
-	notify.mark(t, "TEST=end")
-	assert.False(t, slices.Contains(notify.until(t, "TEST=end", deadline), "READY=1"))
-	_, err = os.Stat(filepath.Join(dir, "pg.sock"))
-	assert.ErrorIs(t, err, os.ErrNotExist, "serve made no socket of its own")
-	entries, err := os.ReadDir(root)
-	if err == nil {
-		names := make([]string, 0, len(entries))
-		for _, e := range entries {
-			names = append(names, e.Name())
-		}
-		assert.Equal(t, []string{"serve.lock"}, names, "nothing but the lock under the root directory")
+// TestServeRefusesOtherInheritedSockets: sockets passed by systemd that
+// are not one stream socket at --listen's path are refused, with what is
+// wrong said, before serve serves or says READY=1, and serve makes no
+// socket of its own.
+func TestServeRefusesOtherInheritedSockets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts func(dir string) []string
+		want func(dir string) string
+	}{{
+		name: "another path",
+		opts: func(dir string) []string { return []string{"-l", filepath.Join(dir, "other.sock")} },
+		want: func(dir string) string {
+			return "systemd passed the socket unix:" + filepath.Join(dir, "other.sock") + ", but --listen is unix://" + filepath.Join(dir, "pg.sock")
+		},
+	}, {
+		name: "two sockets",
+		opts: func(dir string) []string {
+			return []string{"-l", filepath.Join(dir, "pg.sock"), "-l", filepath.Join(dir, "other.sock")}
+		},
+		want: func(string) string { return "systemd passed 2 sockets (LISTEN_FDS); serve takes one" },
+	}, {
+		name: "a datagram socket",
+		opts: func(dir string) []string { return []string{"-d", "-l", filepath.Join(dir, "pg.sock")} },
+		want: func(string) string { return "is not a listening stream socket" },
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := shortDir(t)
+			root, opts := filepath.Join(dir, "root"), tc.opts(dir)
+			notify := newNotifySocket(t, dir)
+			endpoint := critest.Serve(t, critest.NewImageService())
+			a := socketActivate(t, opts, notify.path, "unix://"+filepath.Join(dir, "pg.sock"), "--root-dir", root,
+				"--image-service-endpoint", "unix://"+endpoint, "--metrics-bind-address", "0", "--kubelet-root-dir", filepath.Join(dir, "no-kubelet"))
+			deadline := time.After(60 * time.Second)
+			// A connection, or a datagram, starts serve.
+			last := opts[len(opts)-1]
+			if slices.Contains(opts, "-d") {
+				c, err := net.Dial("unixgram", last)
+				require.NoError(t, err)
+				_, err = c.Write([]byte("x"))
+				require.NoError(t, err)
+				defer c.Close()
+			} else {
+				c, err := net.Dial("unix", last)
+				require.NoError(t, err)
+				defer c.Close()
+			}
+			assert.Equal(t, 1, a.exitCode(t, deadline))
+			assert.Contains(t, a.out.String(), tc.want(dir))
+			assert.NotContains(t, a.out.String(), "pullguard: serving on")
+			notify.mark(t, "TEST=end")
+			assert.NotContains(t, notify.until(t, "TEST=end", deadline), "READY=1")
+			if !slices.Contains(opts, filepath.Join(dir, "pg.sock")) {
+				_, err := os.Stat(filepath.Join(dir, "pg.sock"))
+				assert.ErrorIs(t, err, os.ErrNotExist, "serve made no socket of its own")
+			}
+			if entries, err := os.ReadDir(root); err == nil {
+				names := make([]string, 0, len(entries))
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+				assert.Equal(t, []string{"serve.lock"}, names, "nothing but the lock under the root directory")
+			}
+		})
 	}
-	assert.NotContains(t, a.out.String(), "pullguard: serving on")
 }
