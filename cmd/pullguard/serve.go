@@ -80,9 +80,14 @@ ImageStatus, so the kubelet pulls it with the pod's credentials: a credential
 that already pulled it gets the image at once, any other is checked by the
 registry (manifest only). See docs/serve.md.
 
+Started by systemd with a socket (pullguard.socket, LISTEN_FDS), it serves on
+that socket, which must be --listen's, and leaves its file to systemd;
+otherwise it makes its own. With a NOTIFY_SOCKET (Type=notify) it says
+READY=1 once the record store is loaded and the runtime answers.
+
 It runs until SIGTERM or SIGINT: then in-flight pulls finish (or resolve their
 intents after --shutdown-grace-period), the record store is closed and the
-socket removed.`,
+socket it made removed.`,
 		Example: `  pullguard serve --listen unix:///run/pullguard/pullguard.sock \
     --image-service-endpoint unix:///run/containerd/containerd.sock \
     --root-dir /var/lib/pullguard --config /var/lib/kubelet/config.yaml
@@ -96,7 +101,7 @@ socket removed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on")
+	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on (a socket systemd passes, LISTEN_FDS, must be this one)")
 	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
 	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist and runtimeRequestTimeout (the bound of --registry-request-timeout); its featureGates are the kubelet's and never switch serve's protection")
