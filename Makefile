@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -40,6 +40,14 @@ unit:
 ## e2e: only the multi-tenant scenarios on a real containerd and registry.
 e2e:
 	$(GO) test -count=1 -v ./test/e2e/
+
+## e2e-systemd: pullguard serve under a real systemd, booted as PID 1 of
+## its own PID and mount namespace from a Debian root (debootstrap, cached
+## under /var/cache/pullguard-e2e): the shipped units, socket activation,
+## READY, the sandbox with a credential-provider plugin. As root; not part of
+## `make test` (see docs/testing.md for its time).
+e2e-systemd:
+	PULLGUARD_E2E_SYSTEMD=1 $(GO) test -count=1 -v -timeout 20m ./test/systemd/
 
 ## e2e-kubelet: the multi-tenant scenarios under the upstream kubelet and
 ## kube-apiserver (test/kubelet, a module of its own: the product module

@@ -81,9 +81,14 @@ ImageStatus, so the kubelet pulls it with the pod's credentials: a credential
 that already pulled it gets the image at once, any other is checked by the
 registry (manifest only). See docs/serve.md.
 
+Started by systemd with a socket (pullguard.socket, LISTEN_FDS), it serves on
+that socket, which must be --listen's, and leaves its file to systemd;
+otherwise it makes its own. With a NOTIFY_SOCKET (Type=notify) it says
+READY=1 once the record store is loaded and the runtime answers.
+
 It runs until SIGTERM or SIGINT: then in-flight pulls finish (or resolve their
 intents after --shutdown-grace-period), the record store is closed and the
-socket removed.`,
+socket it made removed.`,
 		Example: `  pullguard serve --listen unix:///run/pullguard/pullguard.sock \
     --image-service-endpoint unix:///run/containerd/containerd.sock \
     --root-dir /var/lib/pullguard --config /var/lib/kubelet/config.yaml
@@ -97,7 +102,7 @@ socket removed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on")
+	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on (a socket systemd passes, LISTEN_FDS, must be this one)")
 	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
 	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist and runtimeRequestTimeout (the bound of --registry-request-timeout); its featureGates are the kubelet's and never switch serve's protection")
@@ -229,11 +234,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	// Then the socket: a second instance on another root directory is
 	// refused before it touches its state. A kubelet that connects before
 	// the records are loaded waits for the first answer.
-	lis, err := criproxy.Listen(c.socket)
+	lis, inherited, err := serveListener(c.socket)
 	if err != nil {
 		return err
 	}
 	defer lis.Close()
+	sdNotify(logger, "STATUS=Loading the record store")
 
 	backend, err := o.openBackend(ctx, c, logger)
 	if err != nil {
@@ -278,16 +284,24 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		defer metricsSrv.Close()
 	}
 
+	// Ready once the runtime answers too: systemd (Type=notify) starts
+	// the kubelet only then.
+	if !awaitRuntime(ctx, backend, o.backendName(), o.timeout, logger) {
+		logger.Info("Stopped before the runtime answered")
+		return nil
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
-	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
+	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "socketFromSystemd", inherited, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
 	fmt.Fprintf(stderr, "pullguard: serving on unix://%s\n", c.socket)
+	sdNotify(logger, "READY=1", "STATUS=Serving on unix://"+c.socket)
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("the gRPC server stopped: %w", err)
 	case <-ctx.Done():
 	}
+	sdNotify(logger, "STOPPING=1", "STATUS=Stopping: letting in-flight pulls finish")
 	o.shutdown(gs, srv, logger)
 	logger.Info("Stopped")
 	return nil
