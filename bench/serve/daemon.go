@@ -66,6 +66,7 @@ func startServe(bin, root, sockDir, runtimeSocket string) (*daemon, error) {
 		"--image-service-endpoint", "unix://"+runtimeSocket,
 		"--root-dir", root,
 		"--kubelet-root-dir", kubeletRoot,
+		"--admin-socket", filepath.Join(root, "admin.sock"),
 		"--metrics-bind-address", d.metrics)
 	d.cmd.Stdout, d.cmd.Stderr = logf, logf
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

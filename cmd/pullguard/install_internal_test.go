@@ -72,13 +72,13 @@ func TestInstallRestartKubelet(t *testing.T) {
 	out := run(newInstallCommand(), "--host-root", root, "--restart-kubelet")
 	assert.Contains(t, out, "the kubelet restarted onto serve")
 	assert.Equal(t, []string{root}, dialed, "systemd under the host root")
-	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service]", "start pullguard.service", "restart kubelet.service"}, sd.calls)
+	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"}, sd.calls)
 	assert.Equal(t, 2, checks, "doctor's checks until they pass")
 	assert.FileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
 
 	sd.calls = nil
 	out = run(newUninstallCommand(), "--host-root", root, "--restart-kubelet")
 	assert.Contains(t, out, "the kubelet restarted on its own settings")
-	assert.Equal(t, []string{"disable [pullguard.service]", "daemon-reload", "restart kubelet.service", "stop pullguard.service"}, sd.calls)
+	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
 	assert.NoFileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
 }

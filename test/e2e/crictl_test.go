@@ -198,7 +198,8 @@ func (d *serveDaemon) start(t testing.TB, args ...string) {
 	t.Helper()
 	mark := d.log.mark()
 	argv := append([]string{"serve", "--listen", d.endpoint(), "--image-service-endpoint", h.containerd.endpoint(), "--root-dir", d.root,
-		"--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(d.root, "kubelet"), "-v=2"}, args...)
+		"--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(d.root, "kubelet"),
+		"--admin-socket", filepath.Join(d.root, "admin.sock"), "-v=2"}, args...)
 	p, err := startProcessEnv(d.log, proxyEnv(), h.binary, argv...)
 	require.NoError(t, err)
 	d.proc = p

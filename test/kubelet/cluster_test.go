@@ -235,6 +235,8 @@ func (c *cluster) startPullguard(ctx context.Context) {
 		// record of.
 		"--unrecorded-images", "preloaded",
 		"--metrics-bind-address", metrics,
+		// Never the node's /run/pullguard/admin.sock.
+		"--admin-socket", filepath.Join(c.dir, "pg-admin.sock"),
 		"-v", "2"}
 	if c.mode.installed {
 		args = c.installedServe(metrics)
@@ -280,7 +282,7 @@ func (c *cluster) installedServe(metrics string) []string {
 	}
 	words := strings.Fields(line)
 	require.GreaterOrEqual(t, len(words), 2, "ExecStart in pullguard.service")
-	require.Equal(t, []string{"/usr/local/bin/pullguard", "serve"}, words[:2])
+	require.Equal(t, []string{"/usr/bin/pullguard", "serve"}, words[:2])
 	moved := map[string]string{
 		"--listen":                 "unix://" + c.pgSocket(),
 		"--image-service-endpoint": "unix://" + c.ctrd.socket,
@@ -289,7 +291,9 @@ func (c *cluster) installedServe(metrics string) []string {
 		"--kubelet-root-dir":       filepath.Join(c.dir, "kubelet"),
 		"--metrics-bind-address":   metrics,
 	}
-	args := []string{"serve"}
+	// The unit leaves --admin-socket at its default, the node's
+	// /run/pullguard/admin.sock: this node's is under the test's directory.
+	args := []string{"serve", "--admin-socket", filepath.Join(c.dir, "pg-admin.sock")}
 	for i := 2; i < len(words); i++ {
 		flag, value, inline := strings.Cut(words[i], "=")
 		if !inline && i+1 < len(words) && !strings.HasPrefix(words[i+1], "--") {
