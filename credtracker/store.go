@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"runtime"
 	"slices"
@@ -202,8 +203,13 @@ func verifyStore(data []byte, path string, sl *sealer, gen *genFile, idx *record
 }
 
 // storeLoadBuffer is the size of the buffer the buckets' pages are read
-// into at start-up, and decoded from a batch at a time.
-const storeLoadBuffer = 2 << 20
+// into at start-up, and decoded from a batch at a time (a variable for
+// the tests).
+var storeLoadBuffer = 2 << 20
+
+// loadHook, when set (by this package's tests only), is called before
+// each batch of a start-up's read is decoded.
+var loadHook func()
 
 // loader reads a store in one pass (scanBoltFile's visitor): it MACs
 // every entry for the seal's check, keeps the meta and intents buckets
@@ -278,6 +284,9 @@ func (l *loader) flush() error {
 		return nil
 	}
 	l.batch = l.batch[:0]
+	if loadHook != nil {
+		loadHook()
+	}
 	if !l.schemaRead {
 		l.schemaRead = true
 		v, err := readSchemaEntries(l.meta, l.path)
@@ -452,6 +461,159 @@ func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync 
 		return fmt.Errorf("failed to create record store %s: %w", path, err)
 	}
 	return nil
+}
+
+// compactAllocSize is how much bbolt grows a compaction's copy by when it
+// needs more pages (its default, 16 MiB, would leave up to that much unused
+// at the end of a copy larger than it). The store itself keeps the
+// default: it grows with few truncations and syncs, and what it has
+// allocated past its pages in use is not free pages (sparse).
+const compactAllocSize = 1 << 20
+
+// compactTxSize bounds each transaction of a compaction: what it holds in
+// memory at once.
+const compactTxSize = 1 << 20
+
+// compactHook, when set (by this package's tests only), is called at each
+// step of a compaction with the step's name; an error fails the
+// compaction there.
+var compactHook func(step string) error
+
+func compactStep(step string) error {
+	if compactHook == nil {
+		return nil
+	}
+	return compactHook(step)
+}
+
+// usage returns the size of the store file, of its pages up to the
+// highest one in use, and of the free pages among them.
+func (s *store) usage() (size, pages, free int64, err error) {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	_ = s.db.View(func(tx *bolt.Tx) error { pages = tx.Size(); return nil })
+	// The read transaction's end updated the free page counts.
+	st := s.db.Stats()
+	free = int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	return fi.Size(), pages, free, nil
+}
+
+// sparse says whether a store whose pages up to the highest in use take
+// pages bytes, free of them free, is worth compacting: at least 1 MiB and
+// a third of those pages would be given back. (bbolt reuses free pages
+// for later writes; it has many only after a transaction that rewrote
+// most records.)
+func sparse(pages, free int64) bool {
+	return free >= 1<<20 && free >= pages/3
+}
+
+// compaction is what compactIfSparse did.
+type compaction struct {
+	done         bool
+	before, size int64 // the file's size
+}
+
+// compactIfSparse rewrites the store without its free pages when they are
+// a large part of the file (sparse): a transaction that rewrites most
+// records (an import, a migration, a seed) needs new pages for all of
+// them while the old ones are still in use, and bbolt never shrinks its
+// file. The entries are copied as they are (bbolt's Compact, in
+// transactions of compactTxSize), so the seal and the generation stay
+// valid; the copy is synced, then renamed over the store (internal/durable)
+// and takes its place. A failure or a crash before the rename leaves the
+// store as it was (and a temporary file the next compaction removes);
+// after it, the compacted store, which holds the same entries.
+func (s *store) compactIfSparse() (compaction, error) {
+	size, pages, free, err := s.usage()
+	if err != nil {
+		return compaction{}, fmt.Errorf("failed to compact record store %s: %w", s.path, err)
+	}
+	c := compaction{before: size, size: size}
+	if !sparse(pages, free) {
+		return c, nil
+	}
+	db, err := s.compactTo(s.path + compactSuffix)
+	if db == nil {
+		return c, fmt.Errorf("failed to compact record store %s: %w", s.path, err)
+	}
+	// The copy is the store now (even if err says its directory's sync
+	// failed): every later write goes to it.
+	old := s.db
+	s.db = db
+	if cerr := old.Close(); err == nil {
+		err = cerr
+	}
+	if fi, serr := os.Stat(s.path); serr == nil {
+		c.size = fi.Size()
+	}
+	c.done = true
+	if err == nil {
+		err = compactStep("switched")
+	}
+	if err != nil {
+		return c, fmt.Errorf("compacted record store %s: %w", s.path, err)
+	}
+	return c, nil
+}
+
+// compactSuffix names the copy a compaction makes beside the store.
+const compactSuffix = ".compact"
+
+// compactTo copies the store to tmp, syncs it and renames it over the
+// store; it returns the copy, open, once it is the store (with an error
+// if the rename's directory sync failed). Otherwise it returns nil, the
+// store is as it was, and tmp is removed.
+func (s *store) compactTo(tmp string) (_ *bolt.DB, err error) {
+	_ = os.Remove(tmp) // a leftover of an interrupted compaction
+	// No sync per transaction, nor when the file grows: one sync of the
+	// whole copy before the rename.
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: true, NoGrowSync: true})
+	if err != nil {
+		return nil, err
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			db.Close()
+			os.Remove(tmp)
+		}
+	}()
+	allocSize := db.AllocSize // bbolt's default
+	db.AllocSize = compactAllocSize
+	if err := compactStep("copying"); err != nil {
+		return nil, err
+	}
+	if err := bolt.Compact(db, s.db, compactTxSize); err != nil {
+		return nil, err
+	}
+	if !s.db.NoSync {
+		// The copy was written without a sync per transaction: one
+		// fdatasync for all of them, before the rename.
+		if err := db.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	if err := compactStep("copied"); err != nil {
+		return nil, err
+	}
+	var opts []durable.Option
+	if s.db.NoSync {
+		opts = append(opts, durable.NoSync())
+	}
+	err = durable.Rename(tmp, s.path, opts...)
+	if _, serr := os.Stat(tmp); err != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return nil, err
+	}
+	// Renamed (if err is not nil, the directory's sync failed: the store
+	// is the copy all the same).
+	renamed = true
+	db.NoSync, db.NoGrowSync, db.AllocSize = s.db.NoSync, s.db.NoGrowSync, allocSize
+	if err == nil {
+		err = compactStep("renamed")
+	}
+	return db, err
 }
 
 func (s *store) close() error {
