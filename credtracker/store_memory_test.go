@@ -308,23 +308,7 @@ func TestCompactionKilledAtEveryStep(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, os.CopyFS(dir, os.DirFS(orig)))
 			before := storeSize(t, dir)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestCompactionCrashChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), compactCrashDirEnv+"="+dir, compactCrashStepEnv+"="+step)
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			defer stdin.Close()
-			stdout, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			reached := false
-			for lines := bufio.NewScanner(stdout); lines.Scan(); {
-				if lines.Text() == "at "+step {
-					reached = true
-					require.NoError(t, cmd.Process.Kill())
-				}
-			}
-			_ = cmd.Wait()
-			require.True(t, reached, "the child reached %q", step)
+			killChildAt(t, "TestCompactionCrashChild", step, compactCrashDirEnv+"="+dir, compactCrashStepEnv+"="+step)
 			if step == "copying" || step == "copied" {
 				assert.Equal(t, before, storeSize(t, dir), "the store is the old file")
 			} else {
@@ -340,4 +324,28 @@ func TestCompactionKilledAtEveryStep(t *testing.T) {
 			assert.ErrorIs(t, err, os.ErrNotExist, "no copy is left")
 		})
 	}
+}
+
+// killChildAt runs the test child of this test binary with env, and kills
+// it (SIGKILL) once it prints "at <step>"; it fails unless the child got
+// there.
+func killChildAt(t *testing.T, child, step string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+child+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	require.NoError(t, err)
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	reached := false
+	for lines := bufio.NewScanner(stdout); lines.Scan(); {
+		if lines.Text() == "at "+step {
+			reached = true
+			require.NoError(t, cmd.Process.Kill())
+		}
+	}
+	_ = cmd.Wait()
+	require.True(t, reached, "the child reached %q", step)
 }
