@@ -390,15 +390,7 @@ func TestMigrationCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of TestMigrationKilledAtEveryStep")
 	}
-	step := os.Getenv(migrationCrashStepEnv)
-	setMigrationHook(t, func(s string) error {
-		if s == step {
-			fmt.Printf("at %s\n", s)
-			// Until the parent kills this process (it never writes).
-			_, _ = os.Stdin.Read(make([]byte, 1))
-		}
-		return nil
-	})
+	setMigrationHook(t, stopAt(os.Getenv(migrationCrashStepEnv)))
 	_, err := New(context.Background(), Config{Dir: dir}, nil, WithLogger(klog.Background().V(10)))
 	fmt.Printf("done: %v\n", err)
 }

@@ -280,15 +280,7 @@ func TestCompactionCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of TestCompactionKilledAtEveryStep")
 	}
-	step := os.Getenv(compactCrashStepEnv)
-	compactHook = func(s string) error {
-		if s == step {
-			fmt.Printf("at %s\n", s)
-			// Until the parent kills this process (it never writes).
-			_, _ = os.Stdin.Read(make([]byte, 1))
-		}
-		return nil
-	}
+	compactHook = stopAt(os.Getenv(compactCrashStepEnv))
 	_, err := New(context.Background(), Config{Dir: dir}, nil, WithLogger(klog.Background().V(10)))
 	fmt.Printf("done: %v\n", err)
 }
@@ -323,6 +315,18 @@ func TestCompactionKilledAtEveryStep(t *testing.T) {
 			_, err = os.Stat(filepath.Join(dir, StoreFile+compactSuffix))
 			assert.ErrorIs(t, err, os.ErrNotExist, "no copy is left")
 		})
+	}
+}
+
+// stopAt is the hook of a test child that killChildAt kills: at step, it
+// says so and waits to be killed (its stdin never gets a byte).
+func stopAt(step string) func(string) error {
+	return func(s string) error {
+		if s == step {
+			fmt.Printf("at %s\n", s)
+			_, _ = os.Stdin.Read(make([]byte, 1))
+		}
+		return nil
 	}
 }
 
