@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"os"
 )
 
@@ -53,33 +54,145 @@ const (
 // Its messages name offsets and page ids, never stored bytes.
 var errBoltFormat = errors.New("invalid store file")
 
-// boltEntry is one key and value of a bucket, slices of the file's copy.
+// boltEntry is one key and value of a bucket.
 type boltEntry struct{ key, value []byte }
 
 // boltFile is what parseBoltFile found: every top-level bucket's entries,
-// in key order.
+// in key order (scanBoltFile leaves buckets nil and fills names).
 type boltFile struct {
 	buckets map[string][]boltEntry
+	names   []string // the top-level buckets, in order
 	txid    uint64
 	pages   uint64 // the high-water mark: pages past it are never read
 	used    []bool // the pages in use: reached by the walk, or the freelist's
 }
 
+// boltPages is where the walk reads the file's pages from: a copy of the
+// whole file in memory (memPages), or the file itself (filePages), read a
+// page at a time so that the walk never holds the whole store.
+type boltPages interface {
+	// size is the file's size in bytes.
+	size() uint64
+	// first returns the first page at off (its header and elements), valid
+	// until the next call of first.
+	first(off, pageSize uint64) ([]byte, error)
+	// region returns the n bytes at off of a page whose first page the
+	// last first call returned. A leaf page of a bucket (batch) may be
+	// read into the pages' batch buffer: its bytes are then valid until
+	// the next flush (filePages.flush), and the walk must not keep them.
+	region(off, n uint64, batch bool) ([]byte, error)
+}
+
+// memPages are the pages of a file read whole into memory.
+type memPages []byte
+
+func (m memPages) size() uint64 { return uint64(len(m)) }
+
+func (m memPages) first(off, pageSize uint64) ([]byte, error) {
+	return m[off : off+pageSize], nil
+}
+
+func (m memPages) region(off, n uint64, _ bool) ([]byte, error) { return m[off : off+n], nil }
+
+// filePages reads the pages of a file with plain reads (never a memory
+// map). The leaf pages of the buckets go into one buffer of a fixed size;
+// when it is full, flush is called (it must be done with every key and
+// value the walk gave since the last flush) and the buffer is reused.
+// Every other page (branches, the root bucket's, the freelist) has its own
+// allocation; they are few.
+type filePages struct {
+	f       io.ReaderAt
+	n       uint64
+	scratch []byte
+	buf     []byte
+	flush   func() error
+}
+
+func newFilePages(f io.ReaderAt, size uint64, bufSize int, flush func() error) *filePages {
+	return &filePages{f: f, n: size, buf: make([]byte, 0, bufSize), flush: flush}
+}
+
+func (p *filePages) size() uint64 { return p.n }
+
+func (p *filePages) read(b []byte, off uint64) error {
+	if _, err := p.f.ReadAt(b, int64(off)); err != nil {
+		return fmt.Errorf("%w: failed to read %d bytes at offset %d: %v", errBoltFormat, len(b), off, err)
+	}
+	return nil
+}
+
+func (p *filePages) first(off, pageSize uint64) ([]byte, error) {
+	if uint64(cap(p.scratch)) < pageSize {
+		p.scratch = make([]byte, pageSize)
+	}
+	b := p.scratch[:pageSize]
+	return b, p.read(b, off)
+}
+
+func (p *filePages) region(off, n uint64, batch bool) ([]byte, error) {
+	var b []byte
+	if batch && n <= uint64(cap(p.buf)) {
+		if uint64(len(p.buf))+n > uint64(cap(p.buf)) {
+			if err := p.flush(); err != nil {
+				return nil, err
+			}
+			p.buf = p.buf[:0]
+		}
+		l := len(p.buf)
+		p.buf = p.buf[:l+int(n)]
+		b = p.buf[l:]
+	} else {
+		b = make([]byte, n)
+	}
+	first := copy(b, p.scratch)
+	if uint64(first) < n {
+		if err := p.read(b[first:], off+uint64(first)); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
 type boltReader struct {
-	data     []byte
+	src      boltPages
 	pageSize uint64
 	hwm      uint64 // pages in use, from the meta page
 	used     []bool // pages reached by the tree walk or holding the freelist
 	file     *boltFile
+	// visit is called with every entry of every top-level bucket.
+	visit func(bucket string, k, v []byte) error
 }
 
 // parseBoltFile checks the whole structure of a bbolt file and returns its
 // buckets. It allows no nested buckets and no keys outside a bucket, as
 // the store makes neither.
 func parseBoltFile(data []byte) (*boltFile, error) {
-	r := &boltReader{data: data, pageSize: uint64(os.Getpagesize()), file: &boltFile{buckets: map[string][]boltEntry{}}}
-	if uint64(len(data)) < 2*r.pageSize {
-		return nil, fmt.Errorf("%w: %d bytes is shorter than two pages", errBoltFormat, len(data))
+	buckets := map[string][]boltEntry{}
+	f, err := scanBoltFile(memPages(data), func(bucket string, k, v []byte) error {
+		buckets[bucket] = append(buckets[bucket], boltEntry{k, v})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range f.names {
+		if buckets[name] == nil {
+			buckets[name] = []boltEntry{}
+		}
+	}
+	f.buckets = buckets
+	return f, nil
+}
+
+// scanBoltFile checks the whole structure of the bbolt file src, as
+// parseBoltFile does, and calls visit with every entry of every top-level
+// bucket, in the file's order: buckets by name, keys in order. With
+// filePages, a key and value of a bucket are valid until the pages' next
+// flush.
+func scanBoltFile(src boltPages, visit func(bucket string, k, v []byte) error) (*boltFile, error) {
+	r := &boltReader{src: src, pageSize: uint64(os.Getpagesize()), file: &boltFile{}, visit: visit}
+	if src.size() < 2*r.pageSize {
+		return nil, fmt.Errorf("%w: %d bytes is shorter than two pages", errBoltFormat, src.size())
 	}
 	m, err := r.meta()
 	if err != nil {
@@ -121,7 +234,16 @@ func readBoltMeta(b []byte) boltMeta {
 // meta picks the meta page as bbolt does (the one with the higher txid if
 // it is valid, else the other) and checks it.
 func (r *boltReader) meta() (boltMeta, error) {
-	a, b := readBoltMeta(r.data), readBoltMeta(r.data[r.pageSize:])
+	p0, err := r.src.first(0, r.pageSize)
+	if err != nil {
+		return boltMeta{}, err
+	}
+	a := readBoltMeta(p0)
+	p1, err := r.src.first(r.pageSize, r.pageSize)
+	if err != nil {
+		return boltMeta{}, err
+	}
+	b := readBoltMeta(p1)
 	if b.txid > a.txid {
 		a, b = b, a
 	}
@@ -134,8 +256,8 @@ func (r *boltReader) meta() (boltMeta, error) {
 		return m, fmt.Errorf("%w: no valid meta page", errBoltFormat)
 	case m.pageSize != r.pageSize:
 		return m, fmt.Errorf("%w: page size %d, want %d", errBoltFormat, m.pageSize, r.pageSize)
-	case m.hwm < 3 || m.hwm > uint64(len(r.data))/r.pageSize:
-		return m, fmt.Errorf("%w: %d pages in use but the file holds %d (truncated?)", errBoltFormat, m.hwm, uint64(len(r.data))/r.pageSize)
+	case m.hwm < 3 || m.hwm > r.src.size()/r.pageSize:
+		return m, fmt.Errorf("%w: %d pages in use but the file holds %d (truncated?)", errBoltFormat, m.hwm, r.src.size()/r.pageSize)
 	}
 	r.hwm = m.hwm
 	return m, nil
@@ -143,12 +265,17 @@ func (r *boltReader) meta() (boltMeta, error) {
 
 // page returns the header fields and the bytes of page id, marking its
 // pages used; a page reached twice is an error (a cycle or a shared page).
-func (r *boltReader) page(id uint64) (flags uint16, count int, region []byte, err error) {
+// A leaf page of a bucket (depth > 0) may go into the pages' batch buffer.
+func (r *boltReader) page(id uint64, depth int) (flags uint16, count int, region []byte, err error) {
 	if id < 2 || id >= r.hwm {
 		return 0, 0, nil, fmt.Errorf("%w: page id %d out of range [2, %d)", errBoltFormat, id, r.hwm)
 	}
 	off := id * r.pageSize
-	hdr := r.data[off : off+boltPageHeaderSize]
+	first, err := r.src.first(off, r.pageSize)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	hdr := first[:boltPageHeaderSize]
 	le := binary.LittleEndian
 	if got := le.Uint64(hdr); got != id {
 		return 0, 0, nil, fmt.Errorf("%w: page %d says it is page %d", errBoltFormat, id, got)
@@ -163,7 +290,12 @@ func (r *boltReader) page(id uint64) (flags uint16, count int, region []byte, er
 		}
 		r.used[p] = true
 	}
-	return le.Uint16(hdr[8:]), int(le.Uint16(hdr[10:])), r.data[off : off+(1+overflow)*r.pageSize], nil
+	flags, count = le.Uint16(hdr[8:]), int(le.Uint16(hdr[10:]))
+	region, err = r.src.region(off, (1+overflow)*r.pageSize, depth > 0 && flags == boltFlagLeaf)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	return flags, count, region, nil
 }
 
 // element returns the key (and value) an element of a page points at,
@@ -188,29 +320,26 @@ func element(region []byte, i int, branch bool) (flags uint32, key, value []byte
 	return flags, region[start : start+ksize], region[start+ksize : start+ksize+vsize], child, nil
 }
 
-// walkRoot reads the root bucket, whose keys are the top-level buckets.
+// walkRoot reads the root bucket, whose keys are the top-level buckets,
+// and visits each one's entries.
 func (r *boltReader) walkRoot(root uint64) error {
+	seen := map[string]bool{}
 	return r.walkPage(root, 0, nil, nil, func(flags uint32, k, v []byte) error {
 		if flags != boltLeafBucket {
 			return fmt.Errorf("%w: a key outside any bucket", errBoltFormat)
 		}
 		name := string(k)
-		if _, dup := r.file.buckets[name]; dup {
+		if seen[name] {
 			return fmt.Errorf("%w: a bucket appears twice", errBoltFormat)
 		}
-		var entries []boltEntry
-		err := r.walkBucket(v, func(flags uint32, k, v []byte) error {
+		seen[name] = true
+		r.file.names = append(r.file.names, name)
+		return r.walkBucket(v, func(flags uint32, k, v []byte) error {
 			if flags != 0 {
 				return fmt.Errorf("%w: a nested bucket", errBoltFormat)
 			}
-			entries = append(entries, boltEntry{k, v})
-			return nil
+			return r.visit(name, k, v)
 		})
-		if err != nil {
-			return err
-		}
-		r.file.buckets[name] = entries
-		return nil
 	})
 }
 
@@ -252,7 +381,7 @@ func (r *boltReader) walk(id uint64, depth int, lo, hi []byte, prev *[]byte, fn 
 	if depth > boltMaxDepth {
 		return fmt.Errorf("%w: tree deeper than %d levels", errBoltFormat, boltMaxDepth)
 	}
-	flags, count, region, err := r.page(id)
+	flags, count, region, err := r.page(id, depth)
 	if err != nil {
 		return err
 	}
@@ -313,6 +442,11 @@ func (r *boltReader) leaf(region []byte, count int, lo, hi []byte, prev *[]byte,
 			return err
 		}
 	}
+	if count > 0 {
+		// The page may be in the pages' batch buffer, reused after a
+		// flush: the next page's first key is checked against a copy.
+		*prev = bytes.Clone(*prev)
+	}
 	return nil
 }
 
@@ -322,7 +456,7 @@ func inRange(k, lo, hi []byte) bool {
 
 // freelist checks the freelist page and that no page it lists is in use.
 func (r *boltReader) freelist(id uint64) error {
-	flags, count, region, err := r.page(id)
+	flags, count, region, err := r.page(id, 0)
 	if err != nil {
 		return fmt.Errorf("freelist: %w", err)
 	}

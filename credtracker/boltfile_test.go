@@ -206,6 +206,7 @@ func FuzzStoreFile(f *testing.F) {
 	sl := newSealer(h)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		bf, err := parseBoltFile(data)
+		assertSameFromFile(t, data, bf, err)
 		if err != nil {
 			require.ErrorIs(t, err, errBoltFormat)
 			return
@@ -224,4 +225,43 @@ func FuzzStoreFile(f *testing.F) {
 		require.NoError(t, os.WriteFile(path, data, 0o600))
 		assertSameAsBbolt(t, path, bf)
 	})
+}
+
+// assertSameFromFile checks that reading data as a file, a page at a time
+// through a batch buffer of a few pages (as a start-up does), finds what
+// parseBoltFile found in the whole copy: the same error or the same
+// entries.
+func assertSameFromFile(t *testing.T, data []byte, want *boltFile, wantErr error) {
+	t.Helper()
+	got := map[string][]boltEntry{}
+	var pending []boltEntry // in the batch buffer until the next flush
+	var pendingBucket []string
+	flush := func() error {
+		for i, e := range pending {
+			got[pendingBucket[i]] = append(got[pendingBucket[i]], boltEntry{bytes.Clone(e.key), bytes.Clone(e.value)})
+		}
+		pending, pendingBucket = pending[:0], pendingBucket[:0]
+		return nil
+	}
+	src := newFilePages(bytes.NewReader(data), uint64(len(data)), 3*os.Getpagesize(), flush)
+	f, err := scanBoltFile(src, func(bucket string, k, v []byte) error {
+		pending, pendingBucket = append(pending, boltEntry{k, v}), append(pendingBucket, bucket)
+		return nil
+	})
+	if wantErr != nil {
+		require.Error(t, err, "parseBoltFile: %v", wantErr)
+		return
+	}
+	require.NoError(t, err)
+	require.NoError(t, flush())
+	assert.Equal(t, want.names, f.names)
+	assert.Equal(t, want.txid, f.txid)
+	assert.Equal(t, want.used, f.used)
+	for name, entries := range want.buckets {
+		if len(entries) == 0 {
+			assert.Empty(t, got[name], name)
+			continue
+		}
+		assert.Equal(t, entries, got[name], name)
+	}
 }

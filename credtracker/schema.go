@@ -132,8 +132,13 @@ func encodeSchema(v uint64) []byte {
 // version is not trusted yet: an older one only leads to the seal's
 // check, which covers it, and a newer one only to a refusal.
 func readSchema(f *boltFile, path string) (uint64, error) {
+	return readSchemaEntries(f.buckets[string(bucketMeta)], path)
+}
+
+// readSchemaEntries is readSchema on the entries of the meta bucket.
+func readSchemaEntries(meta []boltEntry, path string) (uint64, error) {
 	var raw []byte
-	for _, e := range f.buckets[string(bucketMeta)] {
+	for _, e := range meta {
 		if string(e.key) == string(keySchema) {
 			raw = e.value
 			break

@@ -1,14 +1,12 @@
 package credtracker
 
 import (
-	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -392,15 +390,7 @@ func TestMigrationCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child process of TestMigrationKilledAtEveryStep")
 	}
-	step := os.Getenv(migrationCrashStepEnv)
-	setMigrationHook(t, func(s string) error {
-		if s == step {
-			fmt.Printf("at %s\n", s)
-			// Until the parent kills this process (it never writes).
-			_, _ = os.Stdin.Read(make([]byte, 1))
-		}
-		return nil
-	})
+	setMigrationHook(t, stopAt(os.Getenv(migrationCrashStepEnv)))
 	_, err := New(context.Background(), Config{Dir: dir}, nil, WithLogger(klog.Background().V(10)))
 	fmt.Printf("done: %v\n", err)
 }
@@ -422,23 +412,7 @@ func TestMigrationKilledAtEveryStep(t *testing.T) {
 			dir := copySchema1(t)
 			before := dirFiles(t, dir)
 			killAt := strings.TrimSuffix(step, ", generation lost")
-			cmd := exec.Command(os.Args[0], "-test.run=^TestMigrationCrashChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), migrationCrashDirEnv+"="+dir, migrationCrashStepEnv+"="+killAt)
-			stdin, err := cmd.StdinPipe()
-			require.NoError(t, err)
-			defer stdin.Close()
-			stdout, err := cmd.StdoutPipe()
-			require.NoError(t, err)
-			require.NoError(t, cmd.Start())
-			reached := false
-			for lines := bufio.NewScanner(stdout); lines.Scan(); {
-				if lines.Text() == "at "+killAt {
-					reached = true
-					require.NoError(t, cmd.Process.Kill())
-				}
-			}
-			_ = cmd.Wait()
-			require.True(t, reached, "the child reached %q", killAt)
+			killChildAt(t, "TestMigrationCrashChild", killAt, migrationCrashDirEnv+"="+dir, migrationCrashStepEnv+"="+killAt)
 
 			if killAt == "committed" {
 				assert.Equal(t, uint64(2), storeSchema(t, dir), "the commit happened")

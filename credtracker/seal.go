@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/crypto/blake2b"
@@ -132,20 +133,8 @@ func (s *sealer) decode(b []byte) (seal, error) {
 // verify recomputes the seal of the entries of f, using every core, and
 // compares it with the stored one. It returns the stored seal.
 func (s *sealer) verify(f *boltFile, workers int) (seal, error) {
-	for _, b := range [][]byte{bucketPulled, bucketIntents, bucketMeta} {
-		if _, ok := f.buckets[string(b)]; !ok {
-			return seal{}, fmt.Errorf("%w: bucket %q is missing", errSealMismatch, b)
-		}
-	}
-	if len(f.buckets) != 3 {
-		return seal{}, fmt.Errorf("%w: %d buckets, want 3", errSealMismatch, len(f.buckets))
-	}
 	var stored []byte
-	type part struct {
-		bucket  byte
-		entries []boltEntry
-	}
-	var parts []part
+	var got seal
 	for name, entries := range f.buckets {
 		id := bucketID([]byte(name))
 		if id == idMeta {
@@ -157,25 +146,14 @@ func (s *sealer) verify(f *boltFile, workers int) (seal, error) {
 				}
 			}
 		}
-		parts = append(parts, part{id, entries})
-	}
-	if stored == nil {
-		return seal{}, fmt.Errorf("%w: the store has no seal", errSealMismatch)
-	}
-	want, err := s.decode(stored)
-	if err != nil {
-		return seal{}, err
-	}
-	var got seal
-	for _, p := range parts {
-		got.count += uint64(len(p.entries))
+		got.count += uint64(len(entries))
 		sums := make([]digest, max(1, workers))
 		done := make(chan struct{}, len(sums))
 		for w := range sums {
 			go func() {
 				m := s.newEntryMAC()
-				for i := w; i < len(p.entries); i += len(sums) {
-					sums[w].xor(m.sum(p.bucket, p.entries[i].key, p.entries[i].value))
+				for i := w; i < len(entries); i += len(sums) {
+					sums[w].xor(m.sum(id, entries[i].key, entries[i].value))
 				}
 				done <- struct{}{}
 			}()
@@ -186,6 +164,32 @@ func (s *sealer) verify(f *boltFile, workers int) (seal, error) {
 		for _, d := range sums {
 			got.sum.xor(d)
 		}
+	}
+	names := make([]string, 0, len(f.buckets))
+	for name := range f.buckets {
+		names = append(names, name)
+	}
+	return s.check(names, stored, got)
+}
+
+// check compares got, the XOR and count of the MACs of every entry of a
+// store's buckets named names (every entry but the seal), with stored, the
+// seal's value (nil when there is none). It returns the stored seal.
+func (s *sealer) check(names []string, stored []byte, got seal) (seal, error) {
+	for _, b := range [][]byte{bucketPulled, bucketIntents, bucketMeta} {
+		if !slices.Contains(names, string(b)) {
+			return seal{}, fmt.Errorf("%w: bucket %q is missing", errSealMismatch, b)
+		}
+	}
+	if len(names) != 3 {
+		return seal{}, fmt.Errorf("%w: %d buckets, want 3", errSealMismatch, len(names))
+	}
+	if stored == nil {
+		return seal{}, fmt.Errorf("%w: the store has no seal", errSealMismatch)
+	}
+	want, err := s.decode(stored)
+	if err != nil {
+		return seal{}, err
 	}
 	if got.count != want.count {
 		return seal{}, fmt.Errorf("%w: %d entries, the seal says %d", errSealMismatch, got.count, want.count)

@@ -138,6 +138,7 @@ func New(ctx context.Context, cfg Config, inv ImageInventory, opts ...Option) (E
 // start, or recovers when it is missing or fails any integrity check. A
 // store of a newer schema version is neither: the error says so.
 func (t *tracker) openOrRecover(ctx context.Context, path string, sl *sealer, gen *genFile, keyCreated bool) (contents, error) {
+	_ = os.Remove(path + compactSuffix) // a copy an interrupted compaction left
 	_, statErr := os.Stat(path)
 	switch {
 	case errors.Is(statErr, fs.ErrNotExist):
@@ -291,6 +292,8 @@ func (t *tracker) adopt(ctx context.Context, c contents, inv ImageInventory) err
 		}
 	}
 
+	t.compact("start-up")
+
 	n := t.images.len()
 	t.count.Store(int64(n))
 	t.setMemoryCount(int64(n))
@@ -359,6 +362,21 @@ func (t *tracker) resolveIntents(intents map[string]bool, imgs []Image, now time
 		return fmt.Errorf("failed to resolve leftover pull intents: %w", err)
 	}
 	return nil
+}
+
+// compact gives the store's free pages back when they are a large part
+// of its file (store.compactIfSparse), after a write that rewrote most
+// records (when). A compaction that fails leaves the store as it was,
+// which is no reason to stop: it is logged.
+func (t *tracker) compact(when string) {
+	c, err := t.store.compactIfSparse()
+	if err != nil {
+		t.logger.Error(err, "Could not compact the record store; it keeps its free pages", "after", when)
+		return
+	}
+	if c.done {
+		t.logger.Info("Compacted the record store", "after", when, "bytesBefore", c.before, "bytes", c.size)
+	}
 }
 
 func listImages(ctx context.Context, inv ImageInventory) ([]Image, error) {

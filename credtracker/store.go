@@ -1,11 +1,14 @@
 package credtracker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
 	"runtime"
+	"slices"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -83,11 +86,7 @@ type store struct {
 func openStore(path string, sl *sealer, gen *genFile, readOnly bool, idx *recordIndex) (*store, error) {
 	var from *migrated
 	for {
-		data, err := readStoreFile(path)
-		if err != nil {
-			return nil, err
-		}
-		v, err := verifyStore(data, path, sl, gen, idx)
+		v, err := verifyStoreFile(path, sl, gen, idx)
 		if err != nil {
 			return nil, err
 		}
@@ -169,69 +168,249 @@ type verified struct {
 	schema   uint64
 }
 
+// verifyStoreFile checks the store file at path as verifyStore checks
+// its bytes, reading it a page at a time with plain reads (never a memory
+// map): what the start-up holds of the file at once is storeLoadBuffer
+// bytes, whatever the file's size.
+func verifyStoreFile(path string, sl *sealer, gen *genFile, idx *recordIndex) (verified, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return verified{}, fmt.Errorf("failed to open record store: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return verified{}, fmt.Errorf("failed to open record store: %w", err)
+	}
+	switch size := fi.Size(); {
+	case size == 0:
+		return verified{}, corrupt(checkMissing, path, errors.New("the file is empty"))
+	case size > maxStoreSize:
+		return verified{}, corrupt(checkStructure, path, fmt.Errorf("%d bytes is more than the %d a store may have", size, int64(maxStoreSize)))
+	}
+	l := newLoader(sl, idx, path, runtime.GOMAXPROCS(0))
+	return l.verify(newFilePages(f, uint64(fi.Size()), storeLoadBuffer, l.flush), gen)
+}
+
 // verifyStore checks data, the bytes of the store file at path: its
 // structure, its schema version, its seal, its generation against the
 // generation file's; and decodes it, unless its schema version is older
 // than this pullguard's (it is then to be migrated, and contents is
 // empty).
 func verifyStore(data []byte, path string, sl *sealer, gen *genFile, idx *recordIndex) (verified, error) {
-	f, err := parseBoltFile(data)
-	if err != nil {
-		return verified{}, corrupt(checkStructure, path, err)
+	l := newLoader(sl, idx, path, runtime.GOMAXPROCS(0))
+	return l.verify(memPages(data), gen)
+}
+
+// storeLoadBuffer is the size of the buffer the buckets' pages are read
+// into at start-up, and decoded from a batch at a time (a variable for
+// the tests).
+var storeLoadBuffer = 2 << 20
+
+// loadHook, when set (by this package's tests only), is called before
+// each batch of a start-up's read is decoded.
+var loadHook func()
+
+// loader reads a store in one pass (scanBoltFile's visitor): it MACs
+// every entry for the seal's check, keeps the meta and intents buckets
+// (small), and decodes the records of each batch of pages on every core,
+// done with the batch's bytes before the next batch is read. With an
+// index, each worker encodes the records it decodes into the index's
+// compact form at once (contents.prepared) and drops them: the heap never
+// holds the file, nor every decoded record. What was decoded is only used
+// once the whole file has passed every check.
+type loader struct {
+	sl      *sealer
+	idx     *recordIndex
+	path    string
+	workers int
+	mac     *entryMAC   // the meta and intents buckets'
+	macs    []*entryMAC // the workers'
+	sums    []digest    // the workers'
+	parts   []bulkPart  // the workers'
+
+	got           seal // the sum and count of the entries MACed
+	stored        []byte
+	meta, intents []boltEntry // copies
+	batch         []boltEntry // in the pages' batch buffer
+	errs          []error
+	schemaRead    bool
+	decode        bool
+	records       []*ImageRecord
+	unreadable    map[string]error
+}
+
+func newLoader(sl *sealer, idx *recordIndex, path string, workers int) *loader {
+	workers = max(1, workers)
+	l := &loader{sl: sl, idx: idx, path: path, workers: workers,
+		sums: make([]digest, workers), parts: make([]bulkPart, workers), unreadable: map[string]error{}}
+	if sl != nil { // decodeContents verifies nothing
+		l.mac = sl.newEntryMAC()
+		for range workers {
+			l.macs = append(l.macs, sl.newEntryMAC())
+		}
 	}
-	schema, err := readSchema(f, path)
+	return l
+}
+
+func (l *loader) entry(bucket string, k, v []byte) error {
+	switch bucket {
+	case string(bucketPulled):
+		l.batch = append(l.batch, boltEntry{k, v})
+		return nil
+	case string(bucketMeta):
+		if string(k) == string(keySeal) {
+			l.stored = bytes.Clone(v)
+			return nil
+		}
+		l.meta = append(l.meta, boltEntry{bytes.Clone(k), bytes.Clone(v)})
+	case string(bucketIntents):
+		l.intents = append(l.intents, boltEntry{bytes.Clone(k), bytes.Clone(v)})
+	default:
+		// The seal's check refuses a store with another bucket.
+		return nil
+	}
+	l.got.count++
+	l.got.sum.xor(l.mac.sum(bucketID([]byte(bucket)), k, v))
+	return nil
+}
+
+// flush MACs and decodes the batch of records read since the last flush.
+// The store's buckets are in name order: the meta bucket, which holds
+// the schema version, is read before the first record.
+func (l *loader) flush() error {
+	batch := l.batch
+	if len(batch) == 0 {
+		return nil
+	}
+	l.batch = l.batch[:0]
+	if loadHook != nil {
+		loadHook()
+	}
+	if !l.schemaRead {
+		l.schemaRead = true
+		v, err := readSchemaEntries(l.meta, l.path)
+		l.decode = err == nil && v == migrations.current()
+	}
+	l.errs = append(l.errs[:0], make([]error, len(batch))...)
+	var recs []*ImageRecord
+	if l.decode && l.idx == nil {
+		recs = make([]*ImageRecord, len(batch))
+	}
+	nw := max(1, min(l.workers, 1+len(batch)/256))
+	var wg sync.WaitGroup
+	for w := range nw {
+		wg.Go(func() {
+			var m *entryMAC
+			if l.macs != nil {
+				m = l.macs[w]
+			}
+			for i := w; i < len(batch); i += nw {
+				e := batch[i]
+				if m != nil {
+					l.sums[w].xor(m.sum(idPulled, e.key, e.value))
+				}
+				if !l.decode {
+					continue
+				}
+				r, err := decodeRecord(string(e.key), e.value)
+				switch {
+				case err != nil:
+					l.errs[i] = err
+				case l.idx != nil:
+					l.idx.prepare(&l.parts[w], r)
+				default:
+					recs[i] = r
+				}
+			}
+		})
+	}
+	wg.Wait()
+	l.got.count += uint64(len(batch))
+	for i, err := range l.errs {
+		if err != nil {
+			l.unreadable[string(batch[i].key)] = err
+		} else if recs != nil {
+			l.records = append(l.records, recs[i])
+		}
+	}
+	clear(batch) // the batch buffer is reused: keep no slice of it
+	return nil
+}
+
+// verify reads the store from src and checks it: its structure, its
+// schema version, its seal, its generation against gen's.
+func (l *loader) verify(src boltPages, gen *genFile) (verified, error) {
+	f, err := scanBoltFile(src, l.entry)
+	if err == nil {
+		err = l.flush()
+	}
+	if err != nil {
+		return verified{}, corrupt(checkStructure, l.path, err)
+	}
+	schema, err := readSchemaEntries(l.meta, l.path)
 	if err != nil {
 		return verified{}, err
 	}
-	workers := runtime.GOMAXPROCS(0)
-	st, err := sl.verify(f, workers)
+	for _, d := range l.sums {
+		l.got.sum.xor(d)
+	}
+	st, err := l.sl.check(f.names, l.stored, l.got)
 	if err != nil {
-		return verified{}, corrupt(checkSeal, path, err)
+		return verified{}, corrupt(checkSeal, l.path, err)
 	}
 	switch {
 	case gen.damaged != nil:
-		return verified{}, corrupt(checkGeneration, path, gen.damaged)
+		return verified{}, corrupt(checkGeneration, l.path, gen.damaged)
 	case !gen.existed:
 		// createStore writes the generation file before the store is
 		// renamed into place: a store without one was put there.
-		return verified{}, corrupt(checkGeneration, path, errors.New("the node's generation file is missing"))
+		return verified{}, corrupt(checkGeneration, l.path, errors.New("the node's generation file is missing"))
 	case st.gen < gen.gen:
-		return verified{}, corrupt(checkGeneration, path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
+		return verified{}, corrupt(checkGeneration, l.path, fmt.Errorf("store generation %d is older than the node's %d: an older copy of the store was put in its place", st.gen, gen.gen))
 	}
 	v := verified{seal: st, txid: f.txid, schema: schema}
 	if schema < migrations.current() {
 		return v, nil
 	}
-	v.contents, err = decodeContents(f, workers, idx)
-	if err != nil {
-		return verified{}, corrupt(checkDecode, path, err)
+	if l.schemaRead && !l.decode {
+		// Not in a file that passed the checks: its buckets are in order.
+		return verified{}, corrupt(checkStructure, l.path, errors.New("the records were read before the schema version"))
 	}
+	v.contents = l.contents()
 	return v, nil
 }
 
-// readStoreFile reads the whole file with plain reads (never a memory map),
-// bounded by maxStoreSize.
-func readStoreFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("failed to open record store: %w", err)
+// contents is what the loader decoded, once the store passed its checks.
+func (l *loader) contents() contents {
+	c := contents{unreadable: l.unreadable, intents: map[string]bool{}, records: l.records}
+	if l.idx != nil {
+		c.prepared = l.parts
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("failed to open record store: %w", err)
+	for _, e := range l.intents {
+		// The key names the image even when the value is unreadable,
+		// and an intent only ever asks for more verification.
+		c.intents[string(e.key)] = true
+		if _, since, err := decodeIntent(string(e.key), e.value); err == nil && !since.IsZero() {
+			if c.intentSince == nil {
+				c.intentSince = map[string]time.Time{}
+			}
+			c.intentSince[string(e.key)] = since
+		}
 	}
-	switch size := fi.Size(); {
-	case size == 0:
-		return nil, corrupt(checkMissing, path, errors.New("the file is empty"))
-	case size > maxStoreSize:
-		return nil, corrupt(checkStructure, path, fmt.Errorf("%d bytes is more than the %d a store may have", size, int64(maxStoreSize)))
+	for _, e := range l.meta {
+		if string(e.key) != string(keyStatus) {
+			continue
+		}
+		st, err := decodeStatus(e.value)
+		if err != nil {
+			// Assume the worst that an unreadable status can hide: a
+			// seed still pending.
+			st = storeStatus{RecoveryReason: "store status unreadable: " + err.Error(), SeedPending: true}
+		}
+		c.status = st
 	}
-	data := make([]byte, fi.Size())
-	if _, err := io.ReadFull(f, data); err != nil {
-		return nil, corrupt(checkStructure, path, fmt.Errorf("failed to read: %w", err))
-	}
-	return data, nil
+	return c
 }
 
 // createStore makes a new, empty, sealed store at path with status st
@@ -282,6 +461,159 @@ func createStore(path string, sl *sealer, gen *genFile, st *storeStatus, noSync 
 		return fmt.Errorf("failed to create record store %s: %w", path, err)
 	}
 	return nil
+}
+
+// compactAllocSize is how much bbolt grows a compaction's copy by when it
+// needs more pages (its default, 16 MiB, would leave up to that much unused
+// at the end of a copy larger than it). The store itself keeps the
+// default: it grows with few truncations and syncs, and what it has
+// allocated past its pages in use is not free pages (sparse).
+const compactAllocSize = 1 << 20
+
+// compactTxSize bounds each transaction of a compaction: what it holds in
+// memory at once.
+const compactTxSize = 1 << 20
+
+// compactHook, when set (by this package's tests only), is called at each
+// step of a compaction with the step's name; an error fails the
+// compaction there.
+var compactHook func(step string) error
+
+func compactStep(step string) error {
+	if compactHook == nil {
+		return nil
+	}
+	return compactHook(step)
+}
+
+// usage returns the size of the store file, of its pages up to the
+// highest one in use, and of the free pages among them.
+func (s *store) usage() (size, pages, free int64, err error) {
+	fi, err := os.Stat(s.path)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	_ = s.db.View(func(tx *bolt.Tx) error { pages = tx.Size(); return nil })
+	// The read transaction's end updated the free page counts.
+	st := s.db.Stats()
+	free = int64(st.FreePageN+st.PendingPageN) * int64(s.db.Info().PageSize)
+	return fi.Size(), pages, free, nil
+}
+
+// sparse says whether a store whose pages up to the highest in use take
+// pages bytes, free of them free, is worth compacting: at least 1 MiB and
+// a third of those pages would be given back. (bbolt reuses free pages
+// for later writes; it has many only after a transaction that rewrote
+// most records.)
+func sparse(pages, free int64) bool {
+	return free >= 1<<20 && free >= pages/3
+}
+
+// compaction is what compactIfSparse did.
+type compaction struct {
+	done         bool
+	before, size int64 // the file's size
+}
+
+// compactIfSparse rewrites the store without its free pages when they are
+// a large part of the file (sparse): a transaction that rewrites most
+// records (an import, a migration, a seed) needs new pages for all of
+// them while the old ones are still in use, and bbolt never shrinks its
+// file. The entries are copied as they are (bbolt's Compact, in
+// transactions of compactTxSize), so the seal and the generation stay
+// valid; the copy is synced, then renamed over the store (internal/durable)
+// and takes its place. A failure or a crash before the rename leaves the
+// store as it was (and a temporary file the next compaction removes);
+// after it, the compacted store, which holds the same entries.
+func (s *store) compactIfSparse() (compaction, error) {
+	size, pages, free, err := s.usage()
+	if err != nil {
+		return compaction{}, fmt.Errorf("failed to compact record store %s: %w", s.path, err)
+	}
+	c := compaction{before: size, size: size}
+	if !sparse(pages, free) {
+		return c, nil
+	}
+	db, err := s.compactTo(s.path + compactSuffix)
+	if db == nil {
+		return c, fmt.Errorf("failed to compact record store %s: %w", s.path, err)
+	}
+	// The copy is the store now (even if err says its directory's sync
+	// failed): every later write goes to it.
+	old := s.db
+	s.db = db
+	if cerr := old.Close(); err == nil {
+		err = cerr
+	}
+	if fi, serr := os.Stat(s.path); serr == nil {
+		c.size = fi.Size()
+	}
+	c.done = true
+	if err == nil {
+		err = compactStep("switched")
+	}
+	if err != nil {
+		return c, fmt.Errorf("compacted record store %s: %w", s.path, err)
+	}
+	return c, nil
+}
+
+// compactSuffix names the copy a compaction makes beside the store.
+const compactSuffix = ".compact"
+
+// compactTo copies the store to tmp, syncs it and renames it over the
+// store; it returns the copy, open, once it is the store (with an error
+// if the rename's directory sync failed). Otherwise it returns nil, the
+// store is as it was, and tmp is removed.
+func (s *store) compactTo(tmp string) (_ *bolt.DB, err error) {
+	_ = os.Remove(tmp) // a leftover of an interrupted compaction
+	// No sync per transaction, nor when the file grows: one sync of the
+	// whole copy before the rename.
+	db, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, NoSync: true, NoGrowSync: true})
+	if err != nil {
+		return nil, err
+	}
+	renamed := false
+	defer func() {
+		if !renamed {
+			db.Close()
+			os.Remove(tmp)
+		}
+	}()
+	allocSize := db.AllocSize // bbolt's default
+	db.AllocSize = compactAllocSize
+	if err := compactStep("copying"); err != nil {
+		return nil, err
+	}
+	if err := bolt.Compact(db, s.db, compactTxSize); err != nil {
+		return nil, err
+	}
+	if !s.db.NoSync {
+		// The copy was written without a sync per transaction: one
+		// fdatasync for all of them, before the rename.
+		if err := db.Sync(); err != nil {
+			return nil, err
+		}
+	}
+	if err := compactStep("copied"); err != nil {
+		return nil, err
+	}
+	var opts []durable.Option
+	if s.db.NoSync {
+		opts = append(opts, durable.NoSync())
+	}
+	err = durable.Rename(tmp, s.path, opts...)
+	if _, serr := os.Stat(tmp); err != nil && !errors.Is(serr, fs.ErrNotExist) {
+		return nil, err
+	}
+	// Renamed (if err is not nil, the directory's sync failed: the store
+	// is the copy all the same).
+	renamed = true
+	db.NoSync, db.NoGrowSync, db.AllocSize = s.db.NoSync, s.db.NoGrowSync, allocSize
+	if err == nil {
+		err = compactStep("renamed")
+	}
+	return db, err
 }
 
 func (s *store) close() error {
@@ -440,77 +772,18 @@ func (s *store) putStatus(st storeStatus) error {
 	})
 }
 
-// decodeContents decodes every object of a verified store, on every core:
-// start-up time is decoding time. A record that does not decode is
-// returned in unreadable, not failed on.
-//
-// With an index (the tracker's start-up), each worker encodes the records
-// it decodes into the index's compact form at once (contents.prepared),
-// and drops them: the heap then never holds every decoded record at the
-// same time, and the garbage collector has almost nothing to mark
-// while the store loads. Without one (inspection), it returns the records.
+// decodeContents decodes every object of a verified store (f, read
+// whole), as a start-up's loader does. A record that does not decode is
+// returned in unreadable, not failed on. With an index, the records are
+// prepared for it (contents.prepared); without one (inspection), they are
+// returned.
 func decodeContents(f *boltFile, workers int, idx *recordIndex) (contents, error) {
-	c := contents{unreadable: map[string]error{}, intents: map[string]bool{}}
-	raw := f.buckets[string(bucketPulled)]
-	var recs []*ImageRecord
-	if idx == nil {
-		recs = make([]*ImageRecord, len(raw))
+	l := newLoader(nil, idx, "", workers)
+	l.schemaRead, l.decode = true, true
+	l.meta, l.intents = f.buckets[string(bucketMeta)], f.buckets[string(bucketIntents)]
+	l.batch = slices.Clone(f.buckets[string(bucketPulled)])
+	if err := l.flush(); err != nil {
+		return contents{}, err
 	}
-	errs := make([]error, len(raw))
-	workers = max(1, min(workers, 1+len(raw)/1024))
-	parts := make([]bulkPart, workers)
-	done := make(chan struct{}, workers)
-	for w := range workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for i := w; i < len(raw); i += workers {
-				r, err := decodeRecord(string(raw[i].key), raw[i].value)
-				switch {
-				case err != nil:
-					errs[i] = err
-				case idx != nil:
-					idx.prepare(&parts[w], r)
-				default:
-					recs[i] = r
-				}
-			}
-		}()
-	}
-	for range workers {
-		<-done
-	}
-	if idx != nil {
-		c.prepared = parts
-	}
-	for i, err := range errs {
-		if err != nil {
-			c.unreadable[string(raw[i].key)] = err
-		} else if idx == nil {
-			c.records = append(c.records, recs[i])
-		}
-	}
-	for _, e := range f.buckets[string(bucketIntents)] {
-		// The key names the image even when the value is unreadable,
-		// and an intent only ever asks for more verification.
-		c.intents[string(e.key)] = true
-		if _, since, err := decodeIntent(string(e.key), e.value); err == nil && !since.IsZero() {
-			if c.intentSince == nil {
-				c.intentSince = map[string]time.Time{}
-			}
-			c.intentSince[string(e.key)] = since
-		}
-	}
-	for _, e := range f.buckets[string(bucketMeta)] {
-		if string(e.key) != string(keyStatus) {
-			continue
-		}
-		st, err := decodeStatus(e.value)
-		if err != nil {
-			// Assume the worst that an unreadable status can hide: a
-			// seed still pending.
-			st = storeStatus{RecoveryReason: "store status unreadable: " + err.Error(), SeedPending: true}
-		}
-		c.status = st
-	}
-	return c, nil
+	return l.contents(), nil
 }

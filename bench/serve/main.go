@@ -34,7 +34,9 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/pkg/criruntime"
+	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
 type config struct {
@@ -144,6 +146,7 @@ func runSize(ctx context.Context, c config, bin string, n int) error {
 	if err := copyTree(build, firstRoot); err != nil {
 		return err
 	}
+	storeBefore := fileSize(filepath.Join(firstRoot, podworkers.TrackerDir, credtracker.StoreFile))
 	fmt.Printf("\n%d images, %d credential records (%d per image) written in %s; store %.1f MiB\n",
 		n, n*len(ts), len(ts), time.Since(t0).Round(time.Millisecond), float64(dirSize(firstRoot))/(1<<20))
 
@@ -154,6 +157,9 @@ func runSize(ctx context.Context, c config, bin string, n int) error {
 		return fmt.Errorf("first start: %w", err)
 	}
 	printResult("first start", first)
+	store := filepath.Join(firstRoot, podworkers.TrackerDir, credtracker.StoreFile)
+	fmt.Printf("  %-11s store file %.1f MiB before the first start, %.1f MiB after it (the switch-over rewrote every record)\n",
+		"", float64(storeBefore)/(1<<20), float64(fileSize(store))/(1<<20))
 	var rs []result
 	for r := range c.rounds {
 		root := filepath.Join(work, fmt.Sprintf("round-%d", r))

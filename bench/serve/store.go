@@ -99,3 +99,12 @@ func dirSize(dir string) int64 {
 	})
 	return n
 }
+
+// fileSize is the size of the file at path, 0 if it cannot be read.
+func fileSize(path string) int64 {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
