@@ -256,10 +256,10 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 			logger.Error(err, "Failed to close the record store")
 		}
 	}()
-	// Loading the store read the whole file and decoded every record: a
-	// few times the live heap, all garbage now. Return it to the system
-	// at once rather than over the scavenger's minutes (docs/benchmarks.md,
-	// "serve on a node").
+	// Loading the store decoded every record in batches (and a first start
+	// imported the runtime's images): the batches are garbage now. Return
+	// them to the system at once rather than over the scavenger's minutes
+	// (docs/benchmarks.md, "serve on a node").
 	debug.FreeOSMemory()
 
 	opts := o.proxyOptions(c, logger)
