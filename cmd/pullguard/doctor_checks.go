@@ -250,6 +250,9 @@ func checkKubelet(k *kubeletView, serveSocket string, add func(severity, check, 
 	case image == "":
 		add(severityProblem, "image-service-endpoint", "the kubelet sets no image service: it asks the runtime, not serve",
 			k.fix("image-service-endpoint", want, "imageServiceEndpoint", want))
+	case got != want && k.files != nil && filesGive(k.files, want):
+		add(severityProblem, "image-service-endpoint", fmt.Sprintf("the kubelet asks %s for images, not serve's %s: serve protects nothing", image, want),
+			"the kubelet's files already give serve's socket: systemctl restart kubelet")
 	case got != want:
 		add(severityProblem, "image-service-endpoint", fmt.Sprintf("the kubelet asks %s for images, not serve's %s: serve protects nothing", image, want),
 			k.fix("image-service-endpoint", want, "imageServiceEndpoint", want))
@@ -281,7 +284,7 @@ func checkKubelet(k *kubeletView, serveSocket string, add func(severity, check, 
 		return
 	}
 	if !rejected {
-		add(severityOK, "kubelet-config", fmt.Sprintf("the kubelet accepts %s (its own KubeletEnsureSecretPulledImages gate is %s; serve protects either way)", k.source, onOff(gates.EnsureSecretPulledImages)), "")
+		add(severityOK, "kubelet-config", fmt.Sprintf("the kubelet accepts its configuration, read from %s (its own KubeletEnsureSecretPulledImages gate is %s; serve protects either way)", k.source, onOff(gates.EnsureSecretPulledImages)), "")
 	}
 
 	maxPods := int32(defaultMaxPods)
@@ -310,6 +313,13 @@ func checkKubelet(k *kubeletView, serveSocket string, add func(severity, check, 
 	default:
 		add(severityOK, "pull-serialization", fmt.Sprintf("pulls run in parallel, at most %d at once", s.MaxParallelImagePulls), "")
 	}
+}
+
+// filesGive tells whether the kubelet's files give want as its image
+// service.
+func filesGive(files *kubeletconfig.KubeletConfiguration, want string) bool {
+	got, _ := criruntime.ParseEndpoint(firstNonEmpty(files.ImageServiceEndpoint, files.ContainerRuntimeEndpoint))
+	return got == want
 }
 
 func firstNonEmpty(values ...string) string {

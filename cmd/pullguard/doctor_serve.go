@@ -68,13 +68,13 @@ func checkRuntimeEndpoint(k *kubeletView, u *serveUnit, add func(severity, check
 	want, _ := criruntime.ParseEndpoint(kubelet)
 	if serve == "" || serve == EmbeddedEndpoint {
 		add(severityProblem, "runtime-endpoint", fmt.Sprintf("serve pulls into its embedded runtime, the kubelet runs containers on %s: the kubelet's runtime never has serve's images", want),
-			fmt.Sprintf("%s: `--image-service-endpoint %s`, then systemctl daemon-reload && systemctl restart pullguard", u.flagWhere("image-service-endpoint"), want))
+			fmt.Sprintf("%s: set `--image-service-endpoint %s`, then systemctl daemon-reload && systemctl restart pullguard", u.flagWhere("image-service-endpoint"), want))
 		return
 	}
 	got, _ := criruntime.ParseEndpoint(serve)
 	if got != want {
 		add(severityProblem, "runtime-endpoint", fmt.Sprintf("serve forwards images to %s, the kubelet runs containers on %s (its containerRuntimeEndpoint): pulls land in another runtime than the one that starts the containers", got, want),
-			fmt.Sprintf("%s: `--image-service-endpoint %s`, then systemctl daemon-reload && systemctl restart pullguard", u.flagWhere("image-service-endpoint"), want))
+			fmt.Sprintf("%s: set `--image-service-endpoint %s`, then systemctl daemon-reload && systemctl restart pullguard", u.flagWhere("image-service-endpoint"), want))
 		return
 	}
 	add(severityOK, "runtime-endpoint", fmt.Sprintf("serve forwards images to the kubelet's runtime, %s", want), "")

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/http"
@@ -69,6 +71,11 @@ type doctorLayout struct {
 	// runtimeDown: nothing answers at RUNTIME.
 	runtimeDown bool
 	store       string
+	// configz, when set, is the API server's answer to GET
+	// /api/v1/nodes/node-a/proxy/configz (its status configzCode, 200 if
+	// 0); doctor is then given a --kubeconfig for it.
+	configz     string
+	configzCode int
 }
 
 // doctorNode is a node for doctor: the kubelet's files, serve's unit, a
@@ -77,6 +84,7 @@ type doctorLayout struct {
 // own paths where it can be.
 type doctorNode struct {
 	dir, socket, runtime, healthz, root     string
+	apiServer, kubeconfig                   string
 	kubeletConfig, kubeadmFlags, extraFlags string
 	unit                                    string
 }
@@ -124,6 +132,9 @@ func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 	for name, data := range l.files {
 		write(name, data)
 	}
+	if l.configz != "" {
+		n.startAPIServer(t, l.configz, l.configzCode)
+	}
 	n.root = filepath.Join(n.dir, "root")
 	if l.store != "" {
 		require.NoError(t, os.CopyFS(n.root, os.DirFS(l.store)))
@@ -133,16 +144,57 @@ func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 	return n
 }
 
+// startAPIServer serves GET /api/v1/nodes/node-a/proxy/configz over TLS,
+// to the bearer token of the kubeconfig it writes, as the API server
+// proxies a kubelet's /configz.
+func (n *doctorNode) startAPIServer(t *testing.T, configz string, code int) {
+	t.Helper()
+	if code == 0 {
+		code = http.StatusOK
+	}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Header.Get("Authorization") != "Bearer doctor-token":
+			http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		case r.Method != http.MethodGet || r.URL.Path != "/api/v1/nodes/node-a/proxy/configz":
+			http.NotFound(w, r)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(code)
+			_, _ = w.Write([]byte(strings.NewReplacer("SERVE", n.socket, "RUNTIME", n.runtime).Replace(configz)))
+		}
+	}))
+	t.Cleanup(srv.Close)
+	n.apiServer = srv.URL
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	n.kubeconfig = filepath.Join(n.dir, "admin.conf")
+	kc := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority-data: %q}}]
+users: [{name: u, user: {token: doctor-token}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, srv.URL, base64.StdEncoding.EncodeToString(ca))
+	require.NoError(t, os.WriteFile(n.kubeconfig, []byte(kc), 0o600))
+}
+
 // doctor runs doctor on the node, with HOME at NODE/home/root (the
 // kubelet's $HOME, as doctor takes it).
 func (n *doctorNode) doctor(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	return pullguardEnv(t, []string{"HOME=" + filepath.Join(n.dir, "home", "root")}, nil, append([]string{"doctor", "--kubelet-config", n.kubeletConfig,
+	all := []string{"doctor", "--kubelet-config", n.kubeletConfig,
 		"--kubelet-flags-files", n.kubeadmFlags + "," + n.extraFlags, "--serve-unit", n.unit,
-		"--serve-socket", n.socket, "--serve-metrics-address", n.healthz, "--root-dir", n.root}, args...)...)
+		"--serve-socket", n.socket, "--serve-metrics-address", n.healthz, "--root-dir", n.root}
+	if n.kubeconfig != "" {
+		all = append(all, "--kubeconfig", n.kubeconfig, "--node-name", "node-a")
+	}
+	return pullguardEnv(t, []string{"HOME=" + filepath.Join(n.dir, "home", "root")}, nil, append(all, args...)...)
 }
 
 func (n *doctorNode) normalize(s string) string {
+	if n.apiServer != "" {
+		s = strings.ReplaceAll(s, n.apiServer, "https://127.0.0.1:APISERVER")
+	}
 	s = strings.ReplaceAll(s, n.healthz, "127.0.0.1:PORT")
 	s = strings.ReplaceAll(s, n.socket, "unix:///run/pullguard/pullguard.sock")
 	s = strings.ReplaceAll(s, n.runtime, "unix:///run/containerd/containerd.sock")
@@ -308,6 +360,20 @@ func TestDoctorGolden(t *testing.T) {
 				l.healthz, l.healthzCode = "image service backend unavailable", http.StatusServiceUnavailable
 			}),
 			wantCode: 1,
+		},
+		{
+			name: "the kubelet's /configz: not restarted since its files changed", golden: "doctor-configz.txt",
+			layout: with(func(l *doctorLayout) {
+				l.configz = `{"kubeletconfig": {"containerRuntimeEndpoint": "RUNTIME", "imageServiceEndpoint": "RUNTIME", "registryPullQPS": 0, "registryBurst": 10, "serializeImagePulls": false, "maxParallelImagePulls": 10, "imagePullCredentialsVerificationPolicy": "NeverVerifyPreloadedImages"}}`
+			}),
+			wantCode: 1,
+		},
+		{
+			name: "the kubelet's /configz forbidden: its files", golden: "doctor-configz-forbidden.txt",
+			layout: with(func(l *doctorLayout) {
+				l.configz, l.configzCode = `{"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403}`, http.StatusForbidden
+			}),
+			wantCode: 0,
 		},
 		{name: "no serve unit", golden: "doctor-no-unit.txt", layout: with(func(l *doctorLayout) { l.unit = "" }), wantCode: 0},
 	}

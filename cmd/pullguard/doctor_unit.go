@@ -279,7 +279,7 @@ func (u *serveUnit) hides(path string, homes []string) (by, fix string, hidden b
 				}
 				if p != "" && under(path, p) {
 					return fmt.Sprintf("%s: %s=%s hides %s", s.where(), name, s.value, p),
-						fmt.Sprintf("%s: remove %s from %s= (or add BindReadOnlyPaths=%s)", s.where(), word, name, path), true
+						fmt.Sprintf("%s: remove %s from %s=", s.where(), word, name), true
 				}
 			}
 		}
