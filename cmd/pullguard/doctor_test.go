@@ -249,7 +249,9 @@ func TestDoctorGolden(t *testing.T) {
 		{name: "pass-through", golden: "doctor-passthrough.txt", layout: with(func(l *doctorLayout) { l.healthz, l.store = healthzPassThrough, "" }), wantCode: 1},
 		{
 			name: "kubelet not pointing at serve", golden: "doctor-notserve.txt",
-			layout:   with(func(l *doctorLayout) { l.config = strings.Replace(goodKubelet, "imageServiceEndpoint: SERVE", "imageServiceEndpoint: RUNTIME", 1) }),
+			layout: with(func(l *doctorLayout) {
+				l.config = strings.Replace(goodKubelet, "imageServiceEndpoint: SERVE", "imageServiceEndpoint: RUNTIME", 1)
+			}),
 			wantCode: 1,
 		},
 		{
