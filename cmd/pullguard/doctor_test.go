@@ -399,13 +399,20 @@ func TestDoctorGolden(t *testing.T) {
 func stoppableRuntime(t *testing.T) (endpoint string, stop func()) {
 	t.Helper()
 	socket := filepath.Join(shortDir(t), "containerd.sock")
+	return "unix://" + socket, serveRuntimeAt(t, socket)
+}
+
+// serveRuntimeAt serves a fake CRI image service at socket, and returns
+// its stop.
+func serveRuntimeAt(t *testing.T, socket string) func() {
+	t.Helper()
 	lis, err := net.Listen("unix", socket)
 	require.NoError(t, err)
 	gs := grpc.NewServer()
 	runtimeapi.RegisterImageServiceServer(gs, critest.NewImageService())
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
-	return "unix://" + socket, gs.Stop
+	return gs.Stop
 }
 
 // TestDoctorAgainstRunningServe: against a real serve, the store it holds
@@ -416,9 +423,13 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 		name        string
 		args        []string
 		stopRuntime bool
-		wantCode    int
-		wantLines   []string
-		notWant     []string
+		// restartRuntime starts the runtime again after stopping it;
+		// doctor runs with doctorArgs.
+		restartRuntime bool
+		doctorArgs     []string
+		wantCode       int
+		wantLines      []string
+		notWant        []string
 	}{
 		{name: "protecting", wantCode: 0, wantLines: []string{
 			"OK       serve-protection        serve protects: ok: protecting (policy NeverVerifyPreloadedImages)",
@@ -433,6 +444,10 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 			"PROBLEM  serve-protection        serve runs, but cannot protect or answer while its runtime (RUNTIME) is down",
 			"is held by the running serve",
 		}, notWant: []string{"stop the other", "does not serve"}},
+		{name: "runtime back, --wait", stopRuntime: true, restartRuntime: true, doctorArgs: []string{"--wait", "60s"}, wantCode: 0, wantLines: []string{
+			"OK       runtime                 the container runtime answers on RUNTIME",
+			"OK       serve-protection        serve protects",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -447,9 +462,18 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 			require.NoError(t, os.WriteFile(unitFile, []byte(unitText), 0o600))
 			if tt.stopRuntime {
 				stop()
+				// serve holds on while its runtime is away.
+				code, _ := d.get(t, "/healthz")
+				require.Equal(t, http.StatusServiceUnavailable, code)
 			}
-			res := pullguardEnv(t, []string{"HOME=" + dir}, nil, "doctor", "--kubelet-config", cfg, "--kubelet-flags-files", filepath.Join(dir, "none.env"), "--serve-unit", unitFile)
+			if tt.restartRuntime {
+				serveRuntimeAt(t, strings.TrimPrefix(runtime, "unix://"))
+			}
+			res := pullguardEnv(t, []string{"HOME=" + dir}, nil, append([]string{"doctor", "--kubelet-config", cfg, "--kubelet-flags-files", filepath.Join(dir, "none.env"), "--serve-unit", unitFile}, tt.doctorArgs...)...)
 			out := strings.ReplaceAll(res.stdout, runtime, "RUNTIME")
+			if len(tt.doctorArgs) > 0 {
+				t.Logf("doctor %s, its progress: %q", strings.Join(tt.doctorArgs, " "), res.stderr)
+			}
 			assert.Equal(t, tt.wantCode, res.code, res.stdout+res.stderr)
 			for _, l := range tt.wantLines {
 				assert.Contains(t, out, l)
