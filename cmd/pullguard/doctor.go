@@ -67,22 +67,34 @@ func newDoctorCommand() *cobra.Command {
 		Use:   "doctor",
 		Short: "Check that a node's kubelet goes through pullguard serve, and that serve protects",
 		Long: `doctor checks a node where pullguard serve runs beside the kubelet, and prints
-each finding with the file and line or field to change:
+each finding with the file and line or flag to change:
 
   - the kubelet's image service (imageServiceEndpoint, or --image-service-endpoint
     in a flags file) is serve's socket, and serve answers the CRI image service there;
+  - serve forwards to the kubelet's own runtime (its containerRuntimeEndpoint is
+    serve's --image-service-endpoint), and that runtime answers;
   - serve protects: its /healthz does not say pass-through;
   - the kubelet's pull throttle (registryPullQPS, registryBurst) and serialization
     (serializeImagePulls) let serve's answered pulls through;
   - the kubelet accepts the settings of its file (imagePullCredentialsVerificationPolicy
     with its KubeletEnsureSecretPulledImages gate off makes it refuse to start);
+  - serve has the kubelet's --image-credential-provider-config and
+    --image-credential-provider-bin-dir, no more, no other;
+  - serve's sandbox (ProtectHome, InaccessiblePaths, TemporaryFileSystem) does not
+    hide the node credentials file the kubelet reads;
   - serve's record store can be read, or is held by the running serve.
 
-The kubelet's flags files are read as the kubelet's unit reads them
-(KUBELET_KUBEADM_ARGS, KUBELET_EXTRA_ARGS...): a flag given there overrides the
-configuration file. The exit status is 1 when a finding is a problem.`,
+The kubelet's configuration is its file (--kubelet-config), the *.conf drop-ins of
+its --config-dir merged over it as the kubelet merges them, then the flags of its
+flags files (KUBELET_KUBEADM_ARGS, KUBELET_EXTRA_ARGS...), which override both; with
+--kubeconfig, doctor reads the kubelet's effective configuration from its /configz
+through the API server instead. serve's flags and sandbox come from its systemd unit
+(--serve-unit, with its drop-ins). The exit status is 1 when a finding is a
+problem; --wait checks again until none is, for bootstrap scripts.`,
 		Example: `  sudo pullguard doctor
   sudo pullguard doctor -o json
+  sudo pullguard doctor --wait 2m     # in a bootstrap script, after systemctl start pullguard
+  sudo pullguard doctor --kubeconfig /etc/kubernetes/admin.conf
   pullguard doctor --kubelet-config ./config.yaml --kubelet-flags-files ./kubeadm-flags.env`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
