@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -117,10 +118,10 @@ func (o *doctorOptions) check(ctx context.Context) doctorDoc {
 			checkServeFlags(k, unit, add)
 		}
 	}
-	answers := o.checkServeAnswers(ctx, t.socket, add)
 	runtimeUp := o.checkRuntime(ctx, runtime, add)
+	answers, listening := o.checkServeAnswers(ctx, t.socket, runtime, runtimeUp, add)
 	alive, protecting := o.checkProtection(ctx, t.metrics, runtime, runtimeUp, add)
-	o.checkStore(t.rootDir, answers || alive, answers && protecting, add)
+	o.checkStore(t.rootDir, listening || alive, answers && protecting, add)
 	return doc
 }
 
@@ -331,19 +332,37 @@ func firstNonEmpty(values ...string) string {
 	return ""
 }
 
-// checkServeAnswers asks serve's socket for ImageFsInfo.
-func (o *doctorOptions) checkServeAnswers(ctx context.Context, socket string, add func(severity, check, what, fix string)) bool {
+// checkServeAnswers asks serve's socket for ImageFsInfo, which serve
+// forwards to its runtime (runtime, up or not). listening is whether a
+// process listens on the socket: serve, even when it cannot answer.
+func (o *doctorOptions) checkServeAnswers(ctx context.Context, socket, runtime string, runtimeUp bool, add func(severity, check, what, fix string)) (answers, listening bool) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	svc, err := criruntime.NewRemote(ctx, socket, o.timeout)
-	if err != nil {
+	if err == nil {
+		defer svc.Close(context.WithoutCancel(ctx))
+		add(severityOK, "serve-answers", fmt.Sprintf("serve answers the CRI image service on %s", socket), "")
+		return true, true
+	}
+	if ep, perr := criruntime.ParseEndpoint(socket); perr == nil {
+		var d net.Dialer
+		if c, derr := d.DialContext(ctx, "unix", strings.TrimPrefix(ep, "unix://")); derr == nil {
+			c.Close()
+			listening = true
+		}
+	}
+	switch {
+	case listening && !runtimeUp:
+		add(severityProblem, "serve-answers", fmt.Sprintf("serve listens on %s but cannot answer while its runtime (%s) is down", socket, runtime),
+			"start the runtime (see the runtime finding); serve needs no restart")
+	case listening:
+		add(severityProblem, "serve-answers", fmt.Sprintf("serve listens on %s but does not answer ImageFsInfo: %v", socket, err),
+			"journalctl -u pullguard: serve logs why")
+	default:
 		add(severityProblem, "serve-answers", fmt.Sprintf("nothing answers the CRI image service on %s", socket),
 			"systemctl status pullguard; serve's --listen in pullguard.service must be "+socket)
-		return false
 	}
-	defer svc.Close(context.WithoutCancel(ctx))
-	add(severityOK, "serve-answers", fmt.Sprintf("serve answers the CRI image service on %s", socket), "")
-	return true
+	return false, listening
 }
 
 // checkRuntime asks the container runtime serve forwards to (endpoint:

@@ -441,9 +441,10 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 		}},
 		{name: "runtime stopped", stopRuntime: true, wantCode: 1, wantLines: []string{
 			"PROBLEM  runtime                 the container runtime does not answer on RUNTIME",
+			"but cannot answer while its runtime (RUNTIME) is down",
 			"PROBLEM  serve-protection        serve runs, but cannot protect or answer while its runtime (RUNTIME) is down",
 			"is held by the running serve",
-		}, notWant: []string{"stop the other", "does not serve"}},
+		}, notWant: []string{"stop the other", "does not serve", "systemctl status pullguard", "restart pullguard"}},
 		{name: "runtime back, --wait", stopRuntime: true, restartRuntime: true, doctorArgs: []string{"--wait", "60s"}, wantCode: 0, wantLines: []string{
 			"OK       runtime                 the container runtime answers on RUNTIME",
 			"OK       serve-protection        serve protects",
@@ -471,9 +472,7 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 			}
 			res := pullguardEnv(t, []string{"HOME=" + dir}, nil, append([]string{"doctor", "--kubelet-config", cfg, "--kubelet-flags-files", filepath.Join(dir, "none.env"), "--serve-unit", unitFile}, tt.doctorArgs...)...)
 			out := strings.ReplaceAll(res.stdout, runtime, "RUNTIME")
-			if len(tt.doctorArgs) > 0 {
-				t.Logf("doctor %s, its progress: %q", strings.Join(tt.doctorArgs, " "), res.stderr)
-			}
+			t.Logf("doctor %s:\n%s%s", strings.Join(tt.doctorArgs, " "), out, res.stderr)
 			assert.Equal(t, tt.wantCode, res.code, res.stdout+res.stderr)
 			for _, l := range tt.wantLines {
 				assert.Contains(t, out, l)
