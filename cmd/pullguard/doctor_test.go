@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
@@ -15,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/internal/critest"
@@ -78,6 +81,13 @@ type doctorLayout struct {
 	configzCode int
 }
 
+// runtimeDownServe answers as serve does while its runtime is down.
+type runtimeDownServe struct{ runtimeapi.ImageServiceServer }
+
+func (runtimeDownServe) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	return nil, status.Error(codes.Unavailable, "connection error: dial unix /run/containerd/containerd.sock: connect: no such file or directory")
+}
+
 // doctorNode is a node for doctor: the kubelet's files, serve's unit, a
 // fake serve (a CRI image service on a unix socket and a /healthz), a fake
 // runtime, and a record store. Its outputs are normalized to the node's
@@ -94,7 +104,11 @@ type doctorNode struct {
 // none).
 func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 	t.Helper()
-	n := &doctorNode{dir: shortDir(t), socket: "unix://" + critest.Serve(t, critest.NewImageService())}
+	var serve runtimeapi.ImageServiceServer = critest.NewImageService()
+	if l.runtimeDown {
+		serve = runtimeDownServe{serve}
+	}
+	n := &doctorNode{dir: shortDir(t), socket: "unix://" + critest.Serve(t, serve)}
 	if l.runtimeDown {
 		n.runtime = "unix://" + filepath.Join(shortDir(t), "containerd.sock")
 	} else {
