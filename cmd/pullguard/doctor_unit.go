@@ -192,17 +192,30 @@ func optionLines(data []byte) map[string][]int {
 	return lines
 }
 
-// splitExecLine splits an ExecStart value into words as systemd does for
-// the common cases: its prefixes (@-:+!) removed, words separated by
-// spaces, double or single quotes keeping a word whole.
+// splitExecLine splits an ExecStart value into words as systemd does: its
+// prefixes (@-:+!) removed, words separated by spaces, double or single
+// quotes keeping a word whole, a backslash escaping the next character,
+// and "$$" and "%%" standing for "$" and "%" ($VAR expansion and other
+// specifiers are not done).
 func splitExecLine(v string) ([]string, error) {
 	v = strings.TrimLeft(strings.TrimSpace(v), "@-:+!")
 	var words []string
 	var cur strings.Builder
-	inWord := false
+	inWord, escaped := false, false
 	var quote rune
-	for _, r := range v {
+	rs := []rune(v)
+	for i := 0; i < len(rs); i++ {
+		r := rs[i]
 		switch {
+		case escaped:
+			cur.WriteRune(r)
+			escaped = false
+		case r == '\\':
+			escaped, inWord = true, true
+		case (r == '$' || r == '%') && i+1 < len(rs) && rs[i+1] == r:
+			cur.WriteRune(r)
+			inWord = true
+			i++
 		case quote != 0 && r == quote:
 			quote = 0
 		case quote != 0:

@@ -41,6 +41,11 @@ func TestReadServeUnit(t *testing.T) {
 			hidden:  map[string]string{"/var/lib/kubelet/config.json": "", "/home/u/.docker/config.json": "pullguard.service:5: InaccessiblePaths=-/home hides /home", "/srv/config.json": "pullguard.service:6: TemporaryFileSystem=/srv:ro hides /srv"},
 			wantErr: "",
 		},
+		{
+			name:      "escapes as install writes them",
+			unit:      "[Service]\nExecStart=/usr/bin/pullguard serve --root-dir \"/var/lib/a \\\"b\\\" $$HOME 100%%\"\n",
+			wantFlags: map[string]string{"root-dir": `/var/lib/a "b" $HOME 100%`},
+		},
 		{name: "no ExecStart", unit: "[Service]\nType=simple\n", wantErr: "no ExecStart"},
 		{name: "not serve", unit: "[Service]\nExecStart=/usr/bin/containerd\n", wantErr: "does not run `pullguard serve`"},
 		{name: "a flag serve refuses", unit: "[Service]\nExecStart=/usr/bin/pullguard serve --no-such-flag\n", wantErr: "serve refuses its flags"},
