@@ -1,5 +1,5 @@
 // Command pullguard holds pullguard's command line: run, serve, records,
-// doctor, demo, registry, and credential-provider (the kubelet's
+// doctor, install, uninstall, demo, registry, and credential-provider (the kubelet's
 // credential provider plugins run through pullguard). It plays the kubelet's part for images on a node: it
 // ensures pods' images with the KubeletEnsureSecretPulledImages protection,
 // so that an image pulled with one tenant's credentials is never handed to
@@ -8,7 +8,8 @@
 // run and demo assemble a node with pkg/podworkers (configured by
 // pkg/nodeconfig), records reads the credential tracker's store, serve
 // serves pkg/criproxy in front of a runtime opened with pkg/criruntime,
-// doctor checks a node's kubelet settings and serve, and
+// doctor checks a node's kubelet settings and serve, install and uninstall
+// set a node up and take it back with pkg/nodeinstall, and
 // demo and registry start pkg/registry; output formats, logs, version and
 // metrics come from k8s.io/component-base. Nothing imports it.
 package main
@@ -90,6 +91,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand(), newCredentialProviderCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand(), newCredentialProviderCommand(), newInstallCommand(), newUninstallCommand())
 	return root
 }

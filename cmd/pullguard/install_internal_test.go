@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
+)
+
+// recordingSystemd is a fake host systemd that records the calls.
+type recordingSystemd struct{ calls []string }
+
+func (f *recordingSystemd) do(call string) error { f.calls = append(f.calls, call); return nil }
+func (f *recordingSystemd) Reload(context.Context) error {
+	return f.do("daemon-reload")
+}
+func (f *recordingSystemd) Enable(_ context.Context, u ...string) error {
+	return f.do(fmt.Sprint("enable ", u))
+}
+func (f *recordingSystemd) Disable(_ context.Context, u ...string) error {
+	return f.do(fmt.Sprint("disable ", u))
+}
+func (f *recordingSystemd) Start(_ context.Context, u string) error   { return f.do("start " + u) }
+func (f *recordingSystemd) Restart(_ context.Context, u string) error { return f.do("restart " + u) }
+func (f *recordingSystemd) Stop(_ context.Context, u string) error    { return f.do("stop " + u) }
+
+// TestInstallRestartKubelet: --restart-kubelet drives the host's systemd
+// (a fake here) and waits for doctor's checks (a fake that passes at the
+// second call); uninstall --restart-kubelet takes the kubelet back.
+func TestInstallRestartKubelet(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/eks")))
+	sd := &recordingSystemd{}
+	var dialed []string
+	checks := 0
+	defer func(d, r any, i time.Duration) {
+		dialSystemd = d.(func(context.Context, string) (nodeinstall.Systemd, func(), error))
+		nodeReady = r.(func(*nodeinstall.Plan) func(context.Context) error)
+		readyInterval = i
+	}(dialSystemd, nodeReady, readyInterval)
+	readyInterval = time.Nanosecond
+	dialSystemd = func(_ context.Context, r string) (nodeinstall.Systemd, func(), error) {
+		dialed = append(dialed, r)
+		return sd, func() {}, nil
+	}
+	nodeReady = func(p *nodeinstall.Plan) func(context.Context) error {
+		return func(context.Context) error {
+			checks++
+			if checks < 2 {
+				return fmt.Errorf("doctor: serve-answers: no answer on %s", p.ServeSocket)
+			}
+			return nil
+		}
+	}
+	run := func(cmd *cobra.Command, args ...string) string {
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetArgs(args)
+		require.NoError(t, cmd.Execute())
+		return out.String()
+	}
+	out := run(newInstallCommand(), "--host-root", root, "--restart-kubelet")
+	assert.Contains(t, out, "the kubelet restarted onto serve")
+	assert.Equal(t, []string{root}, dialed, "systemd under the host root")
+	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service]", "start pullguard.service", "restart kubelet.service"}, sd.calls)
+	assert.Equal(t, 2, checks, "doctor's checks until they pass")
+	assert.FileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
+
+	sd.calls = nil
+	out = run(newUninstallCommand(), "--host-root", root, "--restart-kubelet")
+	assert.Contains(t, out, "the kubelet restarted on its own settings")
+	assert.Equal(t, []string{"disable [pullguard.service]", "daemon-reload", "restart kubelet.service", "stop pullguard.service"}, sd.calls)
+	assert.NoFileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
+}

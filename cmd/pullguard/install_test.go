@@ -1,0 +1,112 @@
+package main_test
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// kubeadmNode is a scratch host root with the kubeadm layout of
+// pkg/nodeinstall's tests and a kubelet binary that prints version.
+func kubeadmNode(t *testing.T, version string) string {
+	t.Helper()
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/kubeadm")))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), []byte("#!/bin/sh\necho Kubernetes "+version+"\n"), 0o755))
+	return root
+}
+
+// hostTree is every file and directory under root, with modes and bytes.
+func hostTree(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		require.NoError(t, err)
+		info, err := d.Info()
+		require.NoError(t, err)
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			out[rel+"/"] = info.Mode().String()
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		require.NoError(t, err)
+		out[rel] = info.Mode().String() + " " + string(data)
+		return nil
+	}))
+	return out
+}
+
+func goldenFile(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "go test -update writes it")
+	assert.Equal(t, string(want), got, "%s (go test -update rewrites it)", path)
+}
+
+// TestInstallCommand: on a kubeadm node (kubelet 1.33), --dry-run prints
+// the change and writes nothing; install, install again (nothing to
+// change), uninstall --dry-run (nothing written), uninstall: the node is
+// back byte for byte.
+func TestInstallCommand(t *testing.T) {
+	root := kubeadmNode(t, "v1.33.4")
+	before := hostTree(t, root)
+
+	res := pullguard(t, "install", "--host-root", root, "--dry-run")
+	require.Equal(t, 0, res.code, res.stderr)
+	goldenFile(t, "install-dry-run-kubeadm.txt", res.stdout)
+	assert.Equal(t, before, hostTree(t, root), "--dry-run writes nothing")
+
+	res = pullguard(t, "install", "--host-root", root)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "installed; `pullguard uninstall` gives the node back")
+	assert.Contains(t, res.stdout, "next: systemctl daemon-reload && systemctl enable --now pullguard.service")
+	installed := hostTree(t, root)
+	assert.Equal(t, before["var/lib/kubelet/config.yaml"], installed["var/lib/kubelet/config.yaml"], "config.yaml untouched: kubeadm upgrade rewrites it")
+
+	res = pullguard(t, "install", "--host-root", root)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "pullguard is installed: nothing to change")
+	assert.NotContains(t, res.stdout, "create ")
+	assert.NotContains(t, res.stdout, "modify ")
+	assert.Equal(t, installed, hostTree(t, root))
+
+	res = pullguard(t, "uninstall", "--host-root", root, "--dry-run")
+	require.Equal(t, 0, res.code, res.stderr)
+	goldenFile(t, "uninstall-dry-run-kubeadm.txt", res.stdout)
+	assert.Equal(t, installed, hostTree(t, root), "--dry-run writes nothing")
+
+	res = pullguard(t, "uninstall", "--host-root", root)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Equal(t, before, hostTree(t, root), "the node back byte for byte")
+
+	res = pullguard(t, "uninstall", "--host-root", root)
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "nothing to uninstall")
+}
+
+// TestInstallCommandRefuses: an unparsable kubelet file is refused with its
+// file and line, exit status 1, and nothing written.
+func TestInstallCommandRefuses(t *testing.T) {
+	root := kubeadmNode(t, "v1.30.2")
+	cfg := filepath.Join(root, "var/lib/kubelet/config.yaml")
+	data, err := os.ReadFile(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(data), "clusterDomain: cluster.local", "clusterDomain: [cluster.local", 1)), 0o644))
+	before := hostTree(t, root)
+
+	res := pullguard(t, "install", "--host-root", root)
+	assert.Equal(t, 1, res.code)
+	assert.Contains(t, res.stderr, "refused: /var/lib/kubelet/config.yaml:")
+	assert.Equal(t, before, hostTree(t, root), "nothing written")
+}

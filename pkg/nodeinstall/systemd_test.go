@@ -1,0 +1,149 @@
+package nodeinstall_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
+)
+
+// fakeSystemd records the calls, and fails the one named in fail.
+type fakeSystemd struct {
+	calls []string
+	fail  string
+}
+
+var _ nodeinstall.Systemd = (*fakeSystemd)(nil)
+
+func (f *fakeSystemd) do(call string) error {
+	f.calls = append(f.calls, call)
+	if call == f.fail {
+		return errors.New("job failed")
+	}
+	return nil
+}
+
+func (f *fakeSystemd) Reload(context.Context) error { return f.do("daemon-reload") }
+func (f *fakeSystemd) Enable(_ context.Context, units ...string) error {
+	return f.do(fmt.Sprint("enable ", units))
+}
+func (f *fakeSystemd) Disable(_ context.Context, units ...string) error {
+	return f.do(fmt.Sprint("disable ", units))
+}
+func (f *fakeSystemd) Start(_ context.Context, u string) error   { return f.do("start " + u) }
+func (f *fakeSystemd) Restart(_ context.Context, u string) error { return f.do("restart " + u) }
+func (f *fakeSystemd) Stop(_ context.Context, u string) error    { return f.do("stop " + u) }
+
+// readyAfter is ready from its n-th call on.
+func readyAfter(n int, calls *int) func(context.Context) error {
+	return func(context.Context) error {
+		*calls++
+		if *calls < n {
+			return errors.New("doctor: serve-answers: serve does not answer")
+		}
+		return nil
+	}
+}
+
+func TestRestarter(t *testing.T) {
+	units := []string{"pullguard.service", "pullguard.socket"}
+	tests := []struct {
+		name      string
+		fail      string
+		readyAt   int
+		cancel    bool
+		wantCalls []string
+		wantErr   string
+		wantPolls int
+	}{
+		{
+			name:      "socket, service, then the kubelet; ready at the third check",
+			readyAt:   3,
+			wantCalls: []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"},
+			wantPolls: 3,
+		},
+		{
+			name:      "serve does not start: the kubelet is not restarted",
+			fail:      "start pullguard.service",
+			wantCalls: []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service"},
+			wantErr:   "starting pullguard.service: job failed",
+		},
+		{
+			name:      "never ready: the deadline ends the wait with doctor's problem",
+			readyAt:   1 << 30,
+			cancel:    true,
+			wantCalls: []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"},
+			wantErr:   "the node is not ready: doctor: serve-answers: serve does not answer",
+			wantPolls: 5,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sd := &fakeSystemd{fail: tt.fail}
+			clock := testingclock.NewFakeClock(time.Unix(0, 0))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			polls := 0
+			ready := readyAfter(tt.readyAt, &polls)
+			r := &nodeinstall.Restarter{Systemd: sd, Clock: clock, Interval: time.Second, Ready: func(ctx context.Context) error {
+				err := ready(ctx)
+				if tt.cancel && polls == 5 {
+					cancel()
+				}
+				return err
+			}}
+			done := make(chan error, 1)
+			go func() { done <- r.Activate(ctx, units) }()
+			var err error
+		wait:
+			for {
+				select {
+				case err = <-done:
+					break wait
+				default:
+					if clock.HasWaiters() {
+						clock.Step(time.Second)
+					}
+					runtime.Gosched()
+				}
+			}
+			if tt.wantErr != "" {
+				assert.EqualError(t, err, tt.wantErr)
+			} else {
+				require.NoError(t, err)
+			}
+			assert.Equal(t, tt.wantCalls, sd.calls)
+			assert.Equal(t, tt.wantPolls, polls)
+		})
+	}
+}
+
+func TestRestarterDeactivate(t *testing.T) {
+	sd := &fakeSystemd{}
+	var order []string
+	r := &nodeinstall.Restarter{Systemd: sd}
+	err := r.Deactivate(context.Background(), []string{"pullguard.service", "pullguard.socket"}, func() error {
+		order = append(order, fmt.Sprintf("files given back after %d calls", len(sd.calls)))
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
+	assert.Equal(t, []string{"files given back after 1 calls"}, order, "the units are disabled before their files go, and systemd reloads after")
+}
+
+// TestDialSystemdUnderHostRoot: with no bus under the host root, the dial
+// fails and names the socket it tried.
+func TestDialSystemdUnderHostRoot(t *testing.T) {
+	root := t.TempDir()
+	_, _, err := nodeinstall.DialSystemd(context.Background(), root)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "connecting to systemd at "+root+"/run/systemd/private")
+}
