@@ -59,6 +59,9 @@ type doctorOptions struct {
 	set map[string]bool
 	// clock paces --wait.
 	clock waitClock
+	// hostRoot is the node's root directory, "" for "/": where doctor
+	// looks for serve's unit when not given one (install --host-root).
+	hostRoot string
 }
 
 func newDoctorCommand() *cobra.Command {

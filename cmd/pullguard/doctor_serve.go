@@ -14,7 +14,7 @@ import (
 // systemd's directories) for serve's flags and sandbox. Without one,
 // doctor cannot compare serve's flags with the kubelet's: a warning.
 func (o *doctorOptions) readServeUnit(add func(severity, check, what, fix string)) *serveUnit {
-	path, dropins := findServeUnit(o.serveUnit)
+	path, dropins := findServeUnit(o.hostRoot, o.serveUnit)
 	if path == "" {
 		where := "in " + strings.Join(serveUnitDirs, ", ")
 		if o.serveUnit != "" {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,11 +13,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/pullguard/pullguard/internal/boundedread"
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
 // serveUnitDirs are where systemd looks for pullguard.service and its
 // drop-ins (pullguard.service.d/*.conf), the first directory winning.
-var serveUnitDirs = []string{"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system"}
+var serveUnitDirs = nodeinstall.UnitDirs
 
 const serveUnitName = "pullguard.service"
 
@@ -51,10 +51,10 @@ type serveUnit struct {
 }
 
 // findServeUnit returns the unit file and its drop-ins: of path when it is
-// given, else of pullguard.service in systemd's directories ("" when none
-// is there).
-func findServeUnit(path string) (string, []string) {
-	dirs := serveUnitDirs
+// given, else of pullguard.service in systemd's directories under root
+// ("" when none is there).
+func findServeUnit(root, path string) (string, []string) {
+	var dirs []string
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
 			return "", nil
@@ -62,6 +62,9 @@ func findServeUnit(path string) (string, []string) {
 		dirs = []string{filepath.Dir(path)}
 	} else {
 		for _, d := range serveUnitDirs {
+			dirs = append(dirs, filepath.Join(root, d))
+		}
+		for _, d := range dirs {
 			if _, err := os.Stat(filepath.Join(d, serveUnitName)); err == nil {
 				path = filepath.Join(d, serveUnitName)
 				break
@@ -75,7 +78,10 @@ func findServeUnit(path string) (string, []string) {
 	// later one; all are applied in name order.
 	byName := map[string]string{}
 	for _, d := range dirs {
-		matches, _ := filepath.Glob(filepath.Join(d, filepath.Base(path)+".d", "*.conf"))
+		matches, _ := filepath.Glob(filepath.Join(d, serveUnitName+".d", "*.conf"))
+		if len(dirs) == 1 {
+			matches, _ = filepath.Glob(filepath.Join(d, filepath.Base(path)+".d", "*.conf"))
+		}
 		for _, m := range matches {
 			if _, ok := byName[filepath.Base(m)]; !ok {
 				byName[filepath.Base(m)] = m
@@ -109,7 +115,7 @@ func readServeUnit(path string, dropins []string) (*serveUnit, error) {
 		return nil, fmt.Errorf("%s: no ExecStart in [Service]", path)
 	}
 	u.exec = execs[len(execs)-1]
-	words, err := splitExecLine(u.exec.value)
+	words, err := nodeinstall.SplitCommandLine(u.exec.value)
 	if err != nil {
 		return nil, fmt.Errorf("%s: ExecStart: %w", u.exec.where(), err)
 	}
@@ -190,56 +196,6 @@ func optionLines(data []byte) map[string][]int {
 		}
 	}
 	return lines
-}
-
-// splitExecLine splits an ExecStart value into words as systemd does: its
-// prefixes (@-:+!) removed, words separated by spaces, double or single
-// quotes keeping a word whole, a backslash escaping the next character,
-// and "$$" and "%%" standing for "$" and "%" ($VAR expansion and other
-// specifiers are not done).
-func splitExecLine(v string) ([]string, error) {
-	v = strings.TrimLeft(strings.TrimSpace(v), "@-:+!")
-	var words []string
-	var cur strings.Builder
-	inWord, escaped := false, false
-	var quote rune
-	rs := []rune(v)
-	for i := 0; i < len(rs); i++ {
-		r := rs[i]
-		switch {
-		case escaped:
-			cur.WriteRune(r)
-			escaped = false
-		case r == '\\':
-			escaped, inWord = true, true
-		case (r == '$' || r == '%') && i+1 < len(rs) && rs[i+1] == r:
-			cur.WriteRune(r)
-			inWord = true
-			i++
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '"' || r == '\'':
-			quote, inWord = r, true
-		case r == ' ' || r == '\t' || r == '\n':
-			if inWord {
-				words = append(words, cur.String())
-				cur.Reset()
-				inWord = false
-			}
-		default:
-			cur.WriteRune(r)
-			inWord = true
-		}
-	}
-	if quote != 0 {
-		return nil, errors.New("unterminated quote")
-	}
-	if inWord {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }
 
 // last is the last value of a setting ("" when unset).

@@ -42,14 +42,14 @@ func TestReadServeUnit(t *testing.T) {
 			wantErr: "",
 		},
 		{
-			name:      "escapes as install writes them",
-			unit:      "[Service]\nExecStart=/usr/bin/pullguard serve --root-dir \"/var/lib/a \\\"b\\\" $$HOME 100%%\"\n",
-			wantFlags: map[string]string{"root-dir": `/var/lib/a "b" $HOME 100%`},
+			name:      "quotes and a backslash",
+			unit:      "[Service]\nExecStart=/usr/bin/pullguard serve --root-dir '/var/lib/a \"b\"' --listen a\\ b\n",
+			wantFlags: map[string]string{"root-dir": `/var/lib/a "b"`, "listen": "a b"},
 		},
 		{name: "no ExecStart", unit: "[Service]\nType=simple\n", wantErr: "no ExecStart"},
 		{name: "not serve", unit: "[Service]\nExecStart=/usr/bin/containerd\n", wantErr: "does not run `pullguard serve`"},
 		{name: "a flag serve refuses", unit: "[Service]\nExecStart=/usr/bin/pullguard serve --no-such-flag\n", wantErr: "serve refuses its flags"},
-		{name: "unterminated quote", unit: "[Service]\nExecStart=/usr/bin/pullguard serve --root-dir \"/x\n", wantErr: "unterminated quote"},
+		{name: "unterminated quote", unit: "[Service]\nExecStart=/usr/bin/pullguard serve --root-dir \"/x\n", wantErr: "unterminated"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -60,7 +60,7 @@ func TestReadServeUnit(t *testing.T) {
 				require.NoError(t, os.MkdirAll(path+".d", 0o700))
 				require.NoError(t, os.WriteFile(filepath.Join(path+".d", name), []byte(data), 0o600))
 			}
-			found, dropins := findServeUnit(path)
+			found, dropins := findServeUnit("", path)
 			require.Equal(t, path, found)
 			u, err := readServeUnit(found, dropins)
 			if tt.wantErr != "" {
@@ -100,4 +100,33 @@ func FuzzReadServeUnit(f *testing.F) {
 			u.hides("/root/.docker/config.json", []string{"/root"})
 		}
 	})
+}
+
+// TestFindServeUnitUnderARoot: without --serve-unit, doctor takes
+// pullguard.service from systemd's directories under the host's root (a
+// package's unit in /usr/lib, install's drop-in in /etc), the first
+// directory's drop-in of a name winning.
+func TestFindServeUnitUnderARoot(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, data string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(root, p), []byte(data), 0o600))
+	}
+	write("/usr/lib/systemd/system/pullguard.service", "[Service]\nExecStart=/usr/bin/pullguard serve --listen unix:///a.sock\n")
+	write("/usr/lib/systemd/system/pullguard.service.d/20-kubelet.conf", "[Service]\nExecStart=\nExecStart=/usr/bin/pullguard serve --listen unix:///lib.sock\n")
+	write("/etc/systemd/system/pullguard.service.d/20-kubelet.conf", "[Service]\nExecStart=\nExecStart=/usr/bin/pullguard serve --listen unix:///etc.sock\n")
+	write("/etc/systemd/system/pullguard.service.d/10-more.conf", "[Service]\nProtectHome=read-only\n")
+
+	path, dropins := findServeUnit(root, "")
+	require.Equal(t, filepath.Join(root, "/usr/lib/systemd/system/pullguard.service"), path)
+	assert.Equal(t, []string{
+		filepath.Join(root, "/etc/systemd/system/pullguard.service.d/10-more.conf"),
+		filepath.Join(root, "/etc/systemd/system/pullguard.service.d/20-kubelet.conf"),
+	}, dropins)
+	u, err := readServeUnit(path, dropins)
+	require.NoError(t, err)
+	assert.Equal(t, "unix:///etc.sock", u.flags["listen"])
+
+	none, _ := findServeUnit(t.TempDir(), "")
+	assert.Empty(t, none)
 }
