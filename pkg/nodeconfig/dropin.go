@@ -12,6 +12,8 @@ import (
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pullguard/pullguard/featuregates"
 )
 
 // DropInExtension is the extension of the files the kubelet reads in its
@@ -46,8 +48,9 @@ type KubeletConfig struct {
 // over its defaulted --config file: the defaults of the fields pullguard
 // reads are set before the drop-ins apply (setMergeDefaults), with
 // kubeletGateOn the KubeletEnsureSecretPulledImages gate of the kubelet's
-// --feature-gates flag (on when the flag does not set it), which the
-// kubelet defaults under. The kubelet's flags then override the result.
+// --feature-gates flag (on when the flag does not set it), under which,
+// with the configuration's own featureGates over it, the kubelet
+// defaults. The kubelet's flags then override the result.
 func LoadKubeletConfigDir(file, dir string, kubeletGateOn bool) (*KubeletConfig, error) {
 	kc := &KubeletConfig{KubeletConfiguration: &kubeletconfig.KubeletConfiguration{}, Origins: map[string]string{}}
 	if file != "" {
@@ -127,6 +130,13 @@ func setMergeDefaults(c *kubeletconfig.KubeletConfiguration, gateOn bool) {
 	}
 	if c.RuntimeRequestTimeout.Duration == 0 {
 		c.RuntimeRequestTimeout.Duration = DefaultRuntimeRequestTimeout
+	}
+	// The kubelet defaults under its flag's gates with the
+	// configuration's own featureGates over them.
+	if mine, _ := featuregates.Split(c.FeatureGates); len(mine) > 0 {
+		if g, err := featuregates.Parse(mine, ""); err == nil {
+			gateOn = g.EnsureSecretPulledImages
+		}
 	}
 	if gateOn && c.ImagePullCredentialsVerificationPolicy == "" {
 		c.ImagePullCredentialsVerificationPolicy = kubeletconfig.NeverVerifyPreloadedImages

@@ -95,8 +95,8 @@ func fieldsOf(c *kubeletv1beta1.KubeletConfiguration) readFields {
 	if f.ContainerRuntimeEndpoint == "" {
 		f.ContainerRuntimeEndpoint = "unix:///run/containerd/containerd.sock"
 	}
-	if f.Policy == "" {
-		f.Policy = "NeverVerifyPreloadedImages" // the kubelet's gate is on (its 1.36 default)
+	if gate, set := c.FeatureGates["KubeletEnsureSecretPulledImages"]; f.Policy == "" && (gate || !set) {
+		f.Policy = "NeverVerifyPreloadedImages" // the kubelet's gate on (its 1.36 default)
 	}
 	if f.RuntimeRequestTimeout == "0s" {
 		f.RuntimeRequestTimeout = "2m0s"
@@ -127,6 +127,7 @@ func TestKubeletDropInMergeParity(t *testing.T) {
 		head + "failCgroupV1: false\nmaxParallelImagePulls: 3\nregistryPullQPS: 0\n",
 		head + "failCgroupV1: false\nserializeImagePulls: false\nfeatureGates: {ImageVolume: true, KubeletEnsureSecretPulledImages: true}\npreloadedImagesVerificationAllowlist: [\"a/*\"]\nimagePullCredentialsVerificationPolicy: NeverVerifyAllowlistedImages\n",
 		head + "failCgroupV1: false\nimageServiceEndpoint: unix:///run/containerd/containerd.sock\nruntimeRequestTimeout: 10m\n",
+		head + "failCgroupV1: false\nfeatureGates: {KubeletEnsureSecretPulledImages: false}\n",
 	}
 	snippet := head + "imageServiceEndpoint: unix:///run/pullguard/pullguard.sock\nregistryPullQPS: 0\nserializeImagePulls: false\nmaxParallelImagePulls: 10\n"
 	dropins := []map[string]string{
