@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,6 +80,8 @@ type doctorLayout struct {
 	// 0); doctor is then given a --kubeconfig for it.
 	configz     string
 	configzCode int
+	// configzHang: the API server never answers.
+	configzHang bool
 }
 
 // runtimeDownServe answers as serve does while its runtime is down.
@@ -146,8 +149,8 @@ func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 	for name, data := range l.files {
 		write(name, data)
 	}
-	if l.configz != "" {
-		n.startAPIServer(t, l.configz, l.configzCode)
+	if l.configz != "" || l.configzHang {
+		n.startAPIServer(t, l.configz, l.configzCode, l.configzHang)
 	}
 	n.root = filepath.Join(n.dir, "root")
 	if l.store != "" {
@@ -161,7 +164,7 @@ func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 // startAPIServer serves GET /api/v1/nodes/node-a/proxy/configz over TLS,
 // to the bearer token of the kubeconfig it writes, as the API server
 // proxies a kubelet's /configz.
-func (n *doctorNode) startAPIServer(t *testing.T, configz string, code int) {
+func (n *doctorNode) startAPIServer(t *testing.T, configz string, code int, hang bool) {
 	t.Helper()
 	if code == 0 {
 		code = http.StatusOK
@@ -172,6 +175,8 @@ func (n *doctorNode) startAPIServer(t *testing.T, configz string, code int) {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 		case r.Method != http.MethodGet || r.URL.Path != "/api/v1/nodes/node-a/proxy/configz":
 			http.NotFound(w, r)
+		case hang:
+			<-r.Context().Done()
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(code)
@@ -495,6 +500,35 @@ func TestDoctorAgainstRunningServe(t *testing.T) {
 				assert.NotContains(t, out, l)
 			}
 			require.Equal(t, 0, d.stop(t))
+		})
+	}
+}
+
+// TestDoctorConfigzBounded: an API server that sends more than 1 MiB, or
+// does not answer within --timeout, costs doctor no more: it warns and
+// reads the kubelet's files.
+func TestDoctorConfigzBounded(t *testing.T) {
+	store := servedStore(t)
+	tests := []struct {
+		name     string
+		layout   doctorLayout
+		wantWhat string
+	}{
+		{name: "more than 1 MiB", layout: doctorLayout{configz: `{"kubeletconfig": {"x": "` + strings.Repeat("a", 2<<20) + `"}}`}, wantWhat: "input too large"},
+		{name: "no answer", layout: doctorLayout{configzHang: true}, wantWhat: "/api/v1/nodes/node-a/proxy/configz"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := tt.layout
+			l.config, l.kubeadm, l.unit, l.healthz, l.store = goodKubelet, kubeadmEnv, goodUnit, healthzProtecting, store
+			n := newDoctorNode(t, l)
+			start := time.Now()
+			res := n.doctor(t, "--timeout", "1s")
+			assert.Less(t, time.Since(start), 20*time.Second)
+			assert.Equal(t, 0, res.code, res.stdout+res.stderr)
+			assert.Contains(t, res.stdout, "WARNING  kubelet-configz         the kubelet's /configz cannot be read")
+			assert.Contains(t, res.stdout, tt.wantWhat)
+			assert.Contains(t, res.stdout, "the kubelet accepts its configuration, read from "+n.kubeletConfig)
 		})
 	}
 }
