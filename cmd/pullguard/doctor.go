@@ -120,9 +120,9 @@ problem; --wait checks again until none is, for bootstrap scripts.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "the kubelet's configuration file (its --config; a --config in its flags files wins when this is not given)")
-	f.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir, whose *.conf drop-ins are merged over its configuration file as the kubelet merges them; default: the --config-dir of its flags files")
-	f.StringSliceVar(&o.flagsFiles, "kubelet-flags-files", defaultKubeletFlagsFiles, "the kubelet's flags files (KUBELET_*ARGS=...), in command-line order; missing ones are skipped")
+	f.StringVar(&o.kubeletConfig, "kubelet-config", "/var/lib/kubelet/config.yaml", "the kubelet's configuration file (its --config; the --config of its flags wins when this is not given)")
+	f.StringVar(&o.kubeletConfigDir, "kubelet-config-dir", "", "the kubelet's --config-dir, whose *.conf drop-ins are merged over its configuration file as the kubelet merges them; default: the --config-dir of its flags")
+	f.StringSliceVar(&o.flagsFiles, "kubelet-flags-files", defaultKubeletFlagsFiles, "the kubelet's flags files (KUBELET_*ARGS=...), in command-line order; missing ones are skipped. Not given: the kubelet's command line as systemd starts it (kubelet.service, its drop-ins, Environment= and EnvironmentFile=), else these files")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "a kubeconfig allowed to get nodes/proxy: doctor then reads the kubelet's effective configuration from its /configz through the API server")
 	f.StringVar(&o.nodeName, "node-name", "", "the node's name, for /configz; default: the kubelet's --hostname-override, else this host's name")
 	f.StringVar(&o.serveUnit, "serve-unit", "", "serve's systemd unit, read with its drop-ins for serve's flags and sandbox; default: pullguard.service in systemd's unit directories")

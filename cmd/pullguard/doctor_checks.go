@@ -21,6 +21,7 @@ import (
 	"github.com/pullguard/pullguard/featuregates"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
 	"github.com/pullguard/pullguard/pkg/podworkers"
 )
 
@@ -130,16 +131,16 @@ func (o *doctorOptions) check(ctx context.Context) doctorDoc {
 // --config, its --config-dir drop-ins merged as the kubelet merges them,
 // its flags over them).
 func (o *doctorOptions) readKubelet(ctx context.Context, add func(severity, check, what, fix string)) (*kubeletView, error) {
-	flags, err := readKubeletFlags(o.flagsFiles)
+	flags, err := o.kubeletFlags()
 	if err != nil {
 		return nil, err
 	}
 	k := &kubeletView{path: o.kubeletConfig, dir: o.kubeletConfigDir, flags: flags}
 	if f, ok := flags["config"]; ok && !o.set["kubelet-config"] {
-		k.path = f.value
+		k.path = filepath.Join(firstNonEmpty(o.hostRoot, "/"), f.value)
 	}
 	if f, ok := flags["config-dir"]; ok && !o.set["kubelet-config-dir"] {
-		k.dir = f.value
+		k.dir = filepath.Join(firstNonEmpty(o.hostRoot, "/"), f.value)
 	}
 	kc, err := nodeconfig.LoadKubeletConfigDir(k.path, k.dir, kubeletFlagGateOn(flags))
 	if err != nil {
@@ -168,6 +169,24 @@ func (o *doctorOptions) readKubelet(ctx context.Context, add func(severity, chec
 	}
 	k.cfg = cfg
 	return k, errors.Join(errs...)
+}
+
+// kubeletFlags returns the kubelet's flags: those of its flags files when
+// --kubelet-flags-files is given; else those of its command line as
+// systemd starts it (kubelet.service, its drop-ins, Environment= and
+// EnvironmentFile=, expanded), which holds the flags files' too; else,
+// with no kubelet.service, those of the default flags files.
+func (o *doctorOptions) kubeletFlags() (map[string]kubeletFlag, error) {
+	if !o.set["kubelet-flags-files"] {
+		if kl, err := nodeinstall.Discover(firstNonEmpty(o.hostRoot, "/")); err == nil {
+			out := make(map[string]kubeletFlag, len(kl.Flags))
+			for name, f := range kl.Flags {
+				out[name] = kubeletFlag{value: f.Value, file: f.File, line: f.Line}
+			}
+			return out, nil
+		}
+	}
+	return readKubeletFlags(o.flagsFiles)
 }
 
 // kubeletFlagGateOn is the kubelet's KubeletEnsureSecretPulledImages gate
