@@ -19,6 +19,7 @@ import (
 
 	"github.com/pullguard/pullguard/credtracker"
 	"github.com/pullguard/pullguard/featuregates"
+	"github.com/pullguard/pullguard/internal/boundedread"
 	"github.com/pullguard/pullguard/pkg/criruntime"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
@@ -67,7 +68,7 @@ func (k *kubeletView) fixField(field, change string) string {
 	}
 	add := strings.Replace(change, "set ", "add ", 1)
 	if k.dir != "" {
-		return fmt.Sprintf("%s: %s (a drop-in of the kubelet's --config-dir, with apiVersion and kind; *.conf files are merged in name order)", filepath.Join(k.dir, "90-pullguard.conf"), add)
+		return fmt.Sprintf("%s: %s (a drop-in of the kubelet's --config-dir, with apiVersion and kind; *.conf files are merged in name order)", filepath.Join(k.dir, nodeinstall.KubeletDropIn), add)
 	}
 	return fmt.Sprintf("%s: %s", k.path, add)
 }
@@ -77,7 +78,7 @@ var topField = regexp.MustCompile(`^"?([A-Za-z]+)"?\s*:`)
 // fieldLine is the line of file that sets the top-level field, 0 if none
 // is found.
 func fieldLine(file, field string) int {
-	data, err := os.ReadFile(file)
+	data, err := boundedread.ReadFile(file, nodeconfig.MaxFileBytes)
 	if err != nil {
 		return 0
 	}
