@@ -50,54 +50,38 @@ type serveUnit struct {
 	set map[string]bool
 }
 
-// findServeUnit returns the unit file and its drop-ins: of path when it is
-// given, else of pullguard.service in systemd's directories under root
-// ("" when none is there).
+// findServeUnit returns the unit file and its drop-ins: of path, and the
+// drop-ins beside it, when it is given; else of pullguard.service in
+// systemd's directories under root, with its drop-ins as systemd applies
+// them ("" when there is none).
 func findServeUnit(root, path string) (string, []string) {
-	var dirs []string
 	if path != "" {
 		if _, err := os.Stat(path); err != nil {
 			return "", nil
 		}
-		dirs = []string{filepath.Dir(path)}
-	} else {
-		for _, d := range serveUnitDirs {
-			dirs = append(dirs, filepath.Join(root, d))
-		}
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Join(d, serveUnitName)); err == nil {
-				path = filepath.Join(d, serveUnitName)
-				break
-			}
-		}
-		if path == "" {
-			return "", nil
+		dropins, _ := filepath.Glob(filepath.Join(path+".d", "*.conf"))
+		sort.Strings(dropins)
+		return path, dropins
+	}
+	for _, d := range serveUnitDirs {
+		if p := filepath.Join(root, d, serveUnitName); fileExists(p) {
+			path = p
+			break
 		}
 	}
-	// A drop-in's name in an earlier directory hides the same name in a
-	// later one; all are applied in name order.
-	byName := map[string]string{}
-	for _, d := range dirs {
-		matches, _ := filepath.Glob(filepath.Join(d, serveUnitName+".d", "*.conf"))
-		if len(dirs) == 1 {
-			matches, _ = filepath.Glob(filepath.Join(d, filepath.Base(path)+".d", "*.conf"))
-		}
-		for _, m := range matches {
-			if _, ok := byName[filepath.Base(m)]; !ok {
-				byName[filepath.Base(m)] = m
-			}
-		}
+	if path == "" {
+		return "", nil
 	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	dropins := make([]string, len(names))
-	for i, n := range names {
-		dropins[i] = byName[n]
+	var dropins []string
+	for _, d := range nodeinstall.DropIns(root, serveUnitName) {
+		dropins = append(dropins, filepath.Join(root, d))
 	}
 	return path, dropins
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // readServeUnit reads serve's unit and its drop-ins: the [Service]
