@@ -217,6 +217,13 @@ func doctorReady(p *nodeinstall.Plan) func(context.Context) error {
 	if c := k.Flag(nodeinstall.FlagConfig); c != "" {
 		d.kubeletConfig = filepath.Join(p.Root, c)
 	}
+	if c := k.Flag(nodeinstall.FlagConfigDir); c != "" {
+		d.kubeletConfigDir = filepath.Join(p.Root, c)
+	}
+	// Paths under the host root: what the flags files and serve's unit
+	// name would be the container's.
+	d.set = map[string]bool{"kubelet-config": true, "kubelet-config-dir": true, "serve-socket": true, "serve-metrics-address": true, "root-dir": true}
+	d.hostRoot = p.Root
 	for _, f := range k.EnvFiles {
 		d.flagsFiles = append(d.flagsFiles, filepath.Join(p.Root, f))
 	}

@@ -41,6 +41,7 @@ type serveOptions struct {
 	backend        string
 	rootDir        string
 	config         string
+	configDir      string
 	featureGates   string
 	policy         string
 	metricsAddr    string
@@ -105,6 +106,7 @@ socket it made removed.`,
 	f.StringVar(&o.listen, "listen", "unix:///run/pullguard/pullguard.sock", "the unix socket to serve the CRI image service on (a socket systemd passes, LISTEN_FDS, must be this one)")
 	f.StringVar(&o.backend, "image-service-endpoint", "", `the runtime's CRI socket, such as unix:///run/containerd/containerd.sock; empty or "embedded": pullguard's embedded runtime under --root-dir`)
 	f.StringVar(&o.rootDir, "root-dir", "/var/lib/pullguard", "directory for the credential records and the hash key (one serve per directory)")
+	f.StringVar(&o.configDir, "config-dir", "", "the kubelet's --config-dir: its *.conf drop-ins are merged over --config as the kubelet merges them (name order, a JSON merge patch each)")
 	f.StringVar(&o.config, "config", "", "the kubelet's KubeletConfiguration file, for its imagePullCredentialsVerificationPolicy, preloadedImagesVerificationAllowlist and runtimeRequestTimeout (the bound of --registry-request-timeout); its featureGates are the kubelet's and never switch serve's protection")
 	f.StringVar(&o.featureGates, "feature-gates", "", "serve's own feature gates; KubeletEnsureSecretPulledImages=false is the only way to make serve a pass-through proxy (the protection OFF)")
 	f.StringVar(&o.policy, "image-pull-credentials-verification-policy", "", "NeverVerify, NeverVerifyPreloadedImages (default), NeverVerifyAllowlistedImages or AlwaysVerify")
@@ -152,7 +154,16 @@ func (o *serveOptions) check() (checkedServe, error) {
 	}
 	var kc *kubeletconfig.KubeletConfiguration
 	var warnings []string
-	if o.config != "" {
+	switch {
+	case o.configDir != "":
+		// The kubelet's gate, under which it defaults its configuration,
+		// is its own: serve takes the kubelet's default (on).
+		kd, err := nodeconfig.LoadKubeletConfigDir(o.config, o.configDir, true)
+		if err != nil {
+			return c, err
+		}
+		kc, warnings = kd.KubeletConfiguration, kd.Warnings
+	case o.config != "":
 		if kc, warnings, err = nodeconfig.LoadKubeletConfig(o.config); err != nil {
 			return c, err
 		}

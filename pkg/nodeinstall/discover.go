@@ -182,6 +182,12 @@ func discover(root, skip string) (*Kubelet, error) {
 
 // dropIns returns name's drop-ins (name.d/*.conf) from UnitDirs, sorted by
 // file name, one of a name taken from the first directory that has it.
+// DropIns returns the drop-ins (NAME.d/*.conf) of the unit name in
+// systemd's unit directories under root, as systemd applies them: in name
+// order, a name in an earlier directory hiding the same name in a later
+// one. The paths are the host's (without root).
+func DropIns(root, name string) []string { return dropIns(root, name) }
+
 func dropIns(root, name string) []string {
 	byName := map[string]string{}
 	for _, dir := range UnitDirs {
