@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -331,7 +330,9 @@ func writeJSON(b *bytes.Buffer, n *yaml.Node, indent, unit string) error {
 }
 
 // dropInFiles returns the kubelet's --config-dir files the kubelet reads
-// (*.conf, through subdirectories, in lexical order of their paths).
+// (*.conf, through subdirectories), in the order it merges them: the
+// lexical walk order, where a directory's files come in its name's place
+// (a/x.conf before a.conf), as nodeconfig.LoadKubeletConfigDir reads them.
 func dropInFiles(root, dir string) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(hostPath(root, dir), func(p string, d fs.DirEntry, err error) error {
@@ -350,7 +351,6 @@ func dropInFiles(root, dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubelet --config-dir %s: %w", dir, err)
 	}
-	slices.Sort(files)
 	return files, nil
 }
 

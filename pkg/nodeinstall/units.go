@@ -75,6 +75,7 @@ func (p *Plan) serveDropIn(words []string, configDir string) ([]byte, error) {
 	for _, f := range []struct{ serve, value string }{
 		{"image-service-endpoint", p.Runtime},
 		{"config", k.Flag(FlagConfig)},
+		{"config-dir", configDir},
 		{"kubelet-root-dir", k.RootDir()},
 		{"image-credential-provider-config", k.Flag(FlagProviderConfig)},
 		{"image-credential-provider-bin-dir", k.Flag(FlagProviderBinDir)},
@@ -84,9 +85,6 @@ func (p *Plan) serveDropIn(words []string, configDir string) ([]byte, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by `pullguard install` from the kubelet's unit (%s): serve reads\n", k.ExecStartFile)
 	b.WriteString("# the kubelet's own files and asks its runtime. `pullguard uninstall` removes it.\n")
-	if configDir != "" {
-		fmt.Fprintf(&b, "# The kubelet's --config-dir is %s.\n", configDir)
-	}
 	b.WriteString("[Service]\nExecStart=\nExecStart=")
 	for i, w := range words {
 		if i > 0 {
