@@ -338,16 +338,16 @@ func checkExecStart(path string) error {
 	return sc.Err()
 }
 
-// copyright is the Debian copyright file (the machine-readable format).
-const copyright = `Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
-Upstream-Name: pullguard
+// copyright is the packages' copyright file. It names no license: the
+// repository states none (a License field here, and the rpm's License tag,
+// are to be set when it does).
+const copyright = `pullguard
 Source: ` + homepage + `
-
-Files: *
 Copyright: the pullguard authors
-Comment: the pullguard binary is statically linked; the modules it is built
- from, with their versions, are listed by "go version -m /usr/bin/pullguard"
- on a build with symbols, and in the source's go.sum.
+
+The pullguard binary is statically linked. The Go modules it is built from,
+with their versions, are listed in the source's go.mod and go.sum at the
+commit the binary names (pullguard --version=raw, GitCommit).
 `
 
 type packager struct {
