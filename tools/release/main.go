@@ -250,15 +250,49 @@ func buildBinary(repo, arch string, s stamp, out string, log io.Writer) error {
 	if err != nil {
 		return err
 	}
+	toolchain, err := goToolchain(filepath.Join(repo, "go.mod"))
+	if err != nil {
+		return err
+	}
 	cmd := exec.Command("go", "build", "-trimpath", "-buildvcs=false", "-ldflags", s.ldflags(), "-o", abs, "./cmd/pullguard")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch,
-		"GOFLAGS=-mod=readonly", "GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=", "GOTOOLCHAIN=local")
+		"GOFLAGS=-mod=readonly", "GOAMD64=v1", "GOARM64=v8.0", "GOEXPERIMENT=", "GOTOOLCHAIN="+toolchain)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("go build for linux/%s: %w", arch, err)
 	}
 	return nil
+}
+
+// goToolchain is the Go toolchain go.mod names: its toolchain line, or
+// else its go line. The release is built with exactly it (the go command
+// fetches it when the machine has another), so the binary does not depend
+// on which Go the machine has.
+func goToolchain(gomod string) (string, error) {
+	data, err := os.ReadFile(gomod)
+	if err != nil {
+		return "", err
+	}
+	var goLine, toolchain string
+	for i, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "go":
+			goLine = "go" + f[1]
+		case len(f) == 2 && f[0] == "toolchain":
+			toolchain = f[1]
+		case len(f) > 0 && (f[0] == "go" || f[0] == "toolchain"):
+			return "", fmt.Errorf("%s:%d: cannot read %q", gomod, i+1, line)
+		}
+	}
+	switch {
+	case toolchain != "":
+		return toolchain, nil
+	case goLine != "":
+		return goLine, nil
+	}
+	return "", fmt.Errorf("%s: no go line", gomod)
 }
 
 // The package's paths. The kubelet drop-in is not placed in

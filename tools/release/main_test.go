@@ -84,6 +84,25 @@ func TestBuildDateIsTheCommitDateInUTC(t *testing.T) {
 	assert.ErrorContains(t, err, "not an RFC 3339 date")
 }
 
+func TestGoToolchain(t *testing.T) {
+	for _, tc := range []struct{ gomod, want, err string }{
+		{gomod: "module x\n\ngo 1.26.8\n", want: "go1.26.8"},
+		{gomod: "module x\n\ngo 1.26\n\ntoolchain go1.26.9\n", want: "go1.26.9"},
+		{gomod: "module x\n", err: "no go line"},
+		{gomod: "module x\ngo 1.26 extra\n", err: "go.mod:2: cannot read"},
+	} {
+		path := filepath.Join(t.TempDir(), "go.mod")
+		require.NoError(t, os.WriteFile(path, []byte(tc.gomod), 0o644))
+		got, err := goToolchain(path)
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, tc.gomod)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got)
+	}
+}
+
 func TestDistMustBeEmpty(t *testing.T) {
 	dist := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dist, "old.deb"), nil, 0o644))
