@@ -28,7 +28,8 @@ func TestServeMetricsCarryBuildInfo(t *testing.T) {
 	d := startServe(t, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded")
 	code, body := d.get(t, "/metrics")
 	require.Equal(t, http.StatusOK, code)
-	families, err := expfmt.NewTextParser(model.LegacyValidation).TextToMetricFamilies(strings.NewReader(body))
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
 	require.NoError(t, err)
 	family, ok := families["pullguard_build_info"]
 	require.True(t, ok, "pullguard_build_info is served")
