@@ -42,7 +42,7 @@ func unitServeArgs(t *testing.T) []string {
 	}
 	fields := strings.Fields(cmdline)
 	require.GreaterOrEqual(t, len(fields), 2, "ExecStart in %s", unitFile)
-	require.Equal(t, "/usr/local/bin/pullguard", fields[0])
+	require.Equal(t, "/usr/bin/pullguard", fields[0], "the packages install pullguard there")
 	return fields[1:]
 }
 

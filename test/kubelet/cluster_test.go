@@ -280,7 +280,7 @@ func (c *cluster) installedServe(metrics string) []string {
 	}
 	words := strings.Fields(line)
 	require.GreaterOrEqual(t, len(words), 2, "ExecStart in pullguard.service")
-	require.Equal(t, []string{"/usr/local/bin/pullguard", "serve"}, words[:2])
+	require.Equal(t, []string{"/usr/bin/pullguard", "serve"}, words[:2])
 	moved := map[string]string{
 		"--listen":                 "unix://" + c.pgSocket(),
 		"--image-service-endpoint": "unix://" + c.ctrd.socket,
