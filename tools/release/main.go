@@ -305,7 +305,8 @@ const (
 	docDir      = "/usr/share/doc/pullguard"
 	maintainer  = "pullguard <dev@pullguard.invalid>"
 	homepage    = "https://github.com/pullguard/pullguard"
-	description = `CRI image-service proxy that keeps a tenant's private images from another tenant's pods
+	summary     = "CRI image proxy that keeps private images from other tenants' pods"
+	description = summary + `
  pullguard serve sits between the kubelet and containerd and checks, as the
  kubelet's KEP-2535 "ensure secret pulled images" does, that a pod may use an
  image already on the node with its own pull credentials.`
@@ -423,7 +424,7 @@ func packageInfo(repo, bin, arch string, s stamp, contents []content, copyrightF
 			RPM: nfpm.RPM{
 				BuildHost: "pullguard-release",
 				Group:     "System Environment/Daemons",
-				Summary:   "CRI image-service proxy that keeps a tenant's private images from another tenant's pods",
+				Summary:   summary,
 				Packager:  maintainer,
 			},
 		},
