@@ -46,8 +46,7 @@ unit:
 VERSION ?=
 release:
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=v1.2.3"; exit 2; }
-	rm -rf dist
-	cd tools/release && $(GO) run . -C ../.. -version '$(VERSION)' -dist dist
+	cd tools/release && $(GO) run . -C ../.. -version '$(VERSION)' -dist dist -clean
 
 ## release-test: tools/release's tests: a release of this machine's
 ## architecture built twice from the checkout (the second build links again

@@ -44,6 +44,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.repo, "C", ".", "the pullguard repository's top directory")
 	fs.StringVar(&o.version, "version", "", "the release's version: semver with a leading v, e.g. v1.2.3 or v1.3.0-rc.1")
 	fs.StringVar(&o.dist, "dist", "dist", "the directory to write (relative to -C); it must be missing or empty")
+	fs.BoolVar(&o.clean, "clean", false, "remove the dist directory first, once the version is accepted")
 	arches := fs.String("arch", "amd64,arm64", "comma-separated linux architectures")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -68,6 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 type options struct {
 	repo, version, dist string
 	arches              []string
+	clean               bool
 }
 
 // stamp is what a release binary carries: component-base's version
@@ -183,6 +185,11 @@ func release(o options, log io.Writer) ([]artifact, error) {
 	s, err := gitStamp(o.repo, o.version)
 	if err != nil {
 		return nil, err
+	}
+	if o.clean {
+		if err := os.RemoveAll(o.dist); err != nil {
+			return nil, err
+		}
 	}
 	if s.treeState == "dirty" {
 		fmt.Fprintf(log, "release: warning: %s has uncommitted changes: the binaries say gitTreeState=dirty, and another checkout of %s builds other bytes\n", o.repo, s.commit)

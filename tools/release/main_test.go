@@ -69,11 +69,14 @@ func TestParseVersion(t *testing.T) {
 // builds or writes anything.
 func TestRunRefusesABadVersion(t *testing.T) {
 	dist := filepath.Join(t.TempDir(), "dist")
+	require.NoError(t, os.Mkdir(dist, 0o755))
+	earlier := filepath.Join(dist, "pullguard_1.0.0-1_amd64.deb")
+	require.NoError(t, os.WriteFile(earlier, []byte("an earlier release"), 0o644))
 	var stdout, stderr bytes.Buffer
-	code := run([]string{"-C", repoRoot, "-version", "1.2.3", "-dist", dist}, &stdout, &stderr)
+	code := run([]string{"-C", repoRoot, "-version", "1.2.3", "-dist", dist, "-clean"}, &stdout, &stderr)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr.String(), `VERSION "1.2.3" is not a semantic version with a leading v`)
-	assert.NoDirExists(t, dist)
+	assert.FileExists(t, earlier, "-clean removes nothing before the version is accepted")
 }
 
 func TestBuildDateIsTheCommitDateInUTC(t *testing.T) {
