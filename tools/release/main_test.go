@@ -194,6 +194,34 @@ func TestPackagesAreReproducible(t *testing.T) {
 	assert.Equal(t, sums[0], sums[1])
 }
 
+// TestEveryUnitIsPackaged: a unit added to deploy/systemd (here a socket
+// unit) is in both packages, with nothing else to change.
+func TestEveryUnitIsPackaged(t *testing.T) {
+	s := stamp{version: "v1.2.3", major: "1", minor: "2", commit: strings.Repeat("b", 40), treeState: "clean",
+		date: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)}
+	bin := filepath.Join(t.TempDir(), "pullguard")
+	require.NoError(t, os.WriteFile(bin, []byte("\x7fELF not really"), 0o755))
+	files := deployFiles(t)
+	files["deploy/systemd/pullguard-test.socket"] = "[Socket]\nListenStream=/run/pullguard/pullguard.sock\n"
+	repo := fakeRepo(t, files, 0o644, time.Now())
+	contents, err := packageContents(repo)
+	require.NoError(t, err)
+	dist := t.TempDir()
+	for _, p := range packagers {
+		_, err := writePackage(p, repo, dist, bin, "amd64", s, contents)
+		require.NoError(t, err)
+	}
+	debFiles, _ := readDeb(t, filepath.Join(dist, "pullguard_1.2.3-1_amd64.deb"), s)
+	assert.Contains(t, debFiles, unitDir+"/pullguard-test.socket")
+	var wantFiles []string
+	for _, c := range contents {
+		wantFiles = append(wantFiles, c.dst)
+	}
+	wantFiles = append(wantFiles, binPath, docDir+"/copyright")
+	slices.Sort(wantFiles)
+	checkRPM(t, filepath.Join(dist, "pullguard-1.2.3-1.x86_64.rpm"), s, wantFiles, []string{unitDir + "/pullguard-test.socket"})
+}
+
 // TestReleaseOneArch builds the release for this machine's architecture
 // twice, from this checkout, into two directories, and checks what an
 // operator gets. The second build compiles nothing: it reuses every
