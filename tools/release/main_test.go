@@ -165,14 +165,21 @@ func TestPackageContentsRefuses(t *testing.T) {
 	}
 }
 
-// TestPackagesAreReproducible packages one binary from two checkouts whose
-// files have other modes and mtimes, as two clones made at other times
-// under other umasks have: the packages are byte-identical.
-func TestPackagesAreReproducible(t *testing.T) {
+// fakeBuild is a v1.2.3 stamp and a file standing in for its binary.
+func fakeBuild(t *testing.T) (stamp, string) {
+	t.Helper()
 	s := stamp{version: "v1.2.3", major: "1", minor: "2", commit: strings.Repeat("a", 40), treeState: "clean",
 		date: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)}
 	bin := filepath.Join(t.TempDir(), "pullguard")
 	require.NoError(t, os.WriteFile(bin, []byte("\x7fELF not really"), 0o755))
+	return s, bin
+}
+
+// TestPackagesAreReproducible packages one binary from two checkouts whose
+// files have other modes and mtimes, as two clones made at other times
+// under other umasks have: the packages are byte-identical.
+func TestPackagesAreReproducible(t *testing.T) {
+	s, bin := fakeBuild(t)
 	files := deployFiles(t)
 	repos := []string{
 		fakeRepo(t, files, 0o644, time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC)),
@@ -197,10 +204,7 @@ func TestPackagesAreReproducible(t *testing.T) {
 // TestEveryUnitIsPackaged: a unit added to deploy/systemd (here a socket
 // unit) is in both packages, with nothing else to change.
 func TestEveryUnitIsPackaged(t *testing.T) {
-	s := stamp{version: "v1.2.3", major: "1", minor: "2", commit: strings.Repeat("b", 40), treeState: "clean",
-		date: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)}
-	bin := filepath.Join(t.TempDir(), "pullguard")
-	require.NoError(t, os.WriteFile(bin, []byte("\x7fELF not really"), 0o755))
+	s, bin := fakeBuild(t)
 	files := deployFiles(t)
 	files["deploy/systemd/pullguard-test.socket"] = "[Socket]\nListenStream=/run/pullguard/pullguard.sock\n"
 	repo := fakeRepo(t, files, 0o644, time.Now())
