@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit release release-test release-check e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -28,14 +28,41 @@ FORCE:
 ## ./test/e2e: as root it installs containerd, runc and docker-registry when
 ## missing; in CI a missing prerequisite fails, elsewhere the suite skips)
 ## and the scenarios under a real kubelet (e2e-kubelet-run), which leave a
-## core mostly idle: they overlap the unit tests' compile. Each target's
-## output is printed whole when it ends.
+## core mostly idle: they overlap the unit tests' compile; and release-test.
+## Each target's output is printed whole when it ends.
 test: lint
 	$(MAKE) --no-print-directory e2e-kubelet-build
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e-kubelet-run
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit e2e-kubelet-run release-test
 
 unit:
 	$(GO) test -race -count=1 $(PKGS)
+
+## release: dist/ for VERSION (semver with a leading v: v1.2.3, v1.3.0-rc.1):
+## static (CGO_ENABLED=0, -trimpath) linux/amd64 and linux/arm64 binaries
+## stamped with the version, the commit and the commit's date; a .deb and an
+## .rpm per architecture (nfpm, in tools/release, a module of its own); and
+## SHA256SUMS. Two runs on one commit with one Go toolchain give identical
+## bytes: every date in dist/ is the commit's.
+VERSION ?=
+release:
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=v1.2.3"; exit 2; }
+	cd tools/release && $(GO) run . -C ../.. -version '$(VERSION)' -dist dist -clean
+
+## release-test: tools/release's tests: a release of this machine's
+## architecture built twice from the checkout (the second build links again
+## from the build cache) and compared, its binary static, its --version and
+## pullguard_build_info, the .deb's and .rpm's files, versions and dates.
+## Without -race: the race detector would instrument nfpm's compression of
+## the binary (minutes on 2 cores) and the test's own concurrency is one
+## goroutine reading serve's log.
+release-test:
+	cd tools/release && $(GO) test -count=1 -timeout 20m .
+
+## release-check: `make release` in two fresh clones of HEAD, the second at
+## another path with an empty GOCACHE; every artifact of both architectures
+## must be byte-identical (docs/testing.md). Slow; not part of `make test`.
+release-check:
+	cd tools/release && PULLGUARD_RELEASE_CHECK=1 $(GO) test -count=1 -v -timeout 90m -run '^TestReleaseCheck$$' .
 
 ## e2e: only the multi-tenant scenarios on a real containerd and registry.
 e2e:
@@ -140,11 +167,14 @@ lint:
 	@for m in test/kubelet bench/upstream; do \
 	  (cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod or go.sum is not tidy: run 'go mod tidy' in $$m and commit the result"; exit 1; }; \
 	done
+	@# tools/release pins nfpm in a module of its own.
+	@(cd tools/release && $(GO) mod tidy -diff) || { echo "tools/release/go.mod or go.sum is not tidy: run 'go mod tidy' in tools/release and commit the result"; exit 1; }
 	@# Embedders build on other systems: the module must at least compile
 	@# there. Type-checked from source with every dependency (tools/crosscheck,
 	@# a module of its own), where a cold `GOOS=darwin go build ./...` would
 	@# compile every dependency a second time.
 	cd tools/crosscheck && $(GO) test -count=1 . && $(GO) run . -C ../.. -goos darwin ./...
+	cd tools/release && $(GO) vet .
 
 clean:
-	rm -rf pullguard-state bin
+	rm -rf pullguard-state bin dist

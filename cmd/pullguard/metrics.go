@@ -34,6 +34,7 @@ func registerMetrics() {
 		all = append(all, credentialprovider.Metrics()...)
 		all = append(all, criproxy.Metrics()...)
 		all = append(all, announce.Metrics()...)
+		all = append(all, buildInfo)
 		for _, m := range all {
 			if err := legacyregistry.Register(m); err != nil {
 				var already prometheus.AlreadyRegisteredError
@@ -42,8 +43,21 @@ func registerMetrics() {
 				}
 			}
 		}
+		info := buildVersion()
+		buildInfo.WithLabelValues(info.Major, info.Minor, info.GitVersion, info.GitCommit, info.GitTreeState, info.BuildDate, info.GoVersion, info.Compiler, info.Platform).Set(1)
 	})
 }
+
+// buildInfo is the kubelet's kubernetes_build_info under pullguard's name,
+// with the same labels and values: component-base registers that gauge
+// (metrics.RegisterBuildInfo) under a fixed name, and would tell a
+// dashboard that Kubernetes runs here.
+var buildInfo = metrics.NewGaugeVec(&metrics.GaugeOpts{
+	Namespace:      "pullguard",
+	Name:           "build_info",
+	Help:           "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which pullguard was built, and platform on which it is running.",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"})
 
 // writeMetrics writes legacyregistry's metrics in Prometheus text format.
 func writeMetrics(w io.Writer) error {

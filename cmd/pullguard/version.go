@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/component-base/version"
 )
 
@@ -26,11 +27,12 @@ func versionRequested() bool {
 	return v == "true" || v == "raw"
 }
 
-// printVersionIfRequested prints the version for --version (one line) or
-// --version=raw (every field), as the kubelet does, but under pullguard's
-// name. A binary built without version stamps reports the VCS revision
-// the Go toolchain recorded.
-func printVersionIfRequested(w io.Writer) error {
+// buildVersion is component-base's version.Get(): the fields `make
+// release` stamps with -X (gitVersion, gitCommit, gitTreeState, buildDate,
+// gitMajor, gitMinor). A binary built without the stamps reports
+// v0.0.0-dev, with the VCS revision the Go toolchain recorded if it
+// recorded one, instead of component-base's $Format placeholders.
+func buildVersion() apimachineryversion.Info {
 	info := version.Get()
 	if strings.Contains(info.GitVersion, "$Format") {
 		info.GitVersion = "v0.0.0-dev"
@@ -46,6 +48,14 @@ func printVersionIfRequested(w io.Writer) error {
 	if strings.Contains(info.GitCommit, "$Format") {
 		info.GitCommit = ""
 	}
+	return info
+}
+
+// printVersionIfRequested prints the version for --version (one line) or
+// --version=raw (every field), as the kubelet does, but under pullguard's
+// name.
+func printVersionIfRequested(w io.Writer) error {
+	info := buildVersion()
 	switch versionFlagValue() {
 	case "raw":
 		_, err := fmt.Fprintf(w, "%#v\n", info)
