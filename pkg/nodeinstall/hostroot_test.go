@@ -1,0 +1,61 @@
+package nodeinstall_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
+)
+
+// TestInstallStaysUnderHostRoot: the node's symbolic links are the node's.
+// An absolute link under --host-root (/etc/kubernetes -> /srv/k8s, the
+// flags file -> /etc/default/kubelet.real) is resolved under the host
+// root, as the node resolves it, never in the file system install runs
+// in: install and uninstall write nothing outside the host root, write
+// through the links rather than replacing them, and uninstall gives the
+// tree back byte for byte.
+func TestInstallStaysUnderHostRoot(t *testing.T) {
+	root := node(t, "kubeadm")
+	// outside is a directory of install's own file system; on the node,
+	// the same path is under the host root.
+	outside := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, outside), 0o755))
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "etc/kubernetes")))
+	flags := filepath.Join(root, "etc/default/kubelet")
+	data, err := os.ReadFile(flags)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(flags+".real", data, 0o644))
+	require.NoError(t, os.Remove(flags))
+	require.NoError(t, os.Symlink("/etc/default/kubelet.real", flags))
+	before := tree(t, root)
+
+	o := nodeinstall.Options{Root: root, KubeletVersion: version("v1.33.4")}
+	p, err := nodeinstall.PlanInstall(o)
+	require.NoError(t, err)
+	_, err = nodeinstall.Install(o, p)
+	require.NoError(t, err)
+
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "install wrote outside the host root")
+	assert.FileExists(t, filepath.Join(root, outside, "kubelet.conf.d/99-pullguard.conf"), "the drop-in, where the node's /etc/kubernetes leads")
+	fi, err := os.Lstat(flags)
+	require.NoError(t, err)
+	assert.Equal(t, os.ModeSymlink, fi.Mode()&os.ModeSymlink, "the flags file's link is kept")
+	real, err := os.ReadFile(flags + ".real")
+	require.NoError(t, err)
+	assert.Contains(t, string(real), "--config-dir=/etc/kubernetes/kubelet.conf.d", "written through the link")
+
+	u, err := nodeinstall.PlanUninstall(o, false)
+	require.NoError(t, err)
+	require.False(t, u.Kept())
+	require.NoError(t, nodeinstall.Uninstall(o, u))
+	entries, err = os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "uninstall wrote outside the host root")
+	assert.Equal(t, before, tree(t, root), "the tree after uninstall")
+}
