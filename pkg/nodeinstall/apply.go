@@ -48,11 +48,23 @@ func Install(o Options, p *Plan) (*Manifest, error) {
 		}
 		r := m.record(c.Path)
 		if r == nil {
-			m.Files = append(m.Files, Record{Path: c.Path, Mode: c.Mode})
+			m.Files = append(m.Files, Record{Path: c.Path})
 			r = &m.Files[len(m.Files)-1]
+		}
+		// A file as an earlier install wrote it keeps that install's
+		// original. One that is new, or changed or removed since (kubeadm
+		// upgrade rewrote it), is what uninstall gives back now.
+		if r.Written == "" || c.Action == Create || hashOf(c.Old) != r.Written {
+			earlier := r.Backup
+			r.Mode, r.Original, r.Backup = c.Mode, "", ""
 			if c.Action == Modify {
 				r.Original = hashOf(c.Old)
 				r.Backup = path.Join(p.Store, installDir, backupDir, c.Path)
+				if earlier != "" {
+					// Not over the copy the manifest on disk names until
+					// the new one is written.
+					r.Backup += "." + r.Original[:12]
+				}
 				if err := writeFile(o.Root, r.Backup, c.Old, 0o600, 0o700); err != nil {
 					return nil, fmt.Errorf("backup of %s: %w", c.Path, err)
 				}

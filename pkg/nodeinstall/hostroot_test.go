@@ -3,6 +3,7 @@ package nodeinstall_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +59,36 @@ func TestInstallStaysUnderHostRoot(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, entries, "uninstall wrote outside the host root")
 	assert.Equal(t, before, tree(t, root), "the tree after uninstall")
+}
+
+// TestReinstallAfterARewrite: kubeadm upgrade rewrites the kubelet's
+// config.yaml after install; install again merges into the new file, and
+// uninstall then gives back the new file, as it was before that install,
+// not the one from before the first.
+func TestReinstallAfterARewrite(t *testing.T) {
+	root := node(t, "kubeadm")
+	o := nodeinstall.Options{Root: root, KubeletVersion: version("v1.30.1")}
+	install := func() {
+		t.Helper()
+		p, err := nodeinstall.PlanInstall(o)
+		require.NoError(t, err)
+		_, err = nodeinstall.Install(o, p)
+		require.NoError(t, err)
+	}
+	install()
+	config := filepath.Join(root, "var/lib/kubelet/config.yaml")
+	original, err := os.ReadFile("testdata/kubeadm/var/lib/kubelet/config.yaml")
+	require.NoError(t, err)
+	upgraded := []byte(strings.Replace(string(original), "maxPods: 200", "maxPods: 250", 1))
+	require.NotEqual(t, original, upgraded)
+	require.NoError(t, os.WriteFile(config, upgraded, 0o644))
+	install()
+
+	u, err := nodeinstall.PlanUninstall(o, false)
+	require.NoError(t, err)
+	require.False(t, u.Kept())
+	require.NoError(t, nodeinstall.Uninstall(o, u))
+	got, err := os.ReadFile(config)
+	require.NoError(t, err)
+	assert.Equal(t, string(upgraded), string(got), "config.yaml as the upgrade left it")
 }
