@@ -92,3 +92,44 @@ func TestReinstallAfterARewrite(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, string(upgraded), string(got), "config.yaml as the upgrade left it")
 }
+
+// TestInstallFailingHalfWayGivesBack: a write that fails after others
+// succeeded (here serve's drop-in, whose directory became a file after
+// the plan) leaves no half install: the kubelet's files install had
+// already written are given back, byte for byte, with no manifest and
+// no directory of install's left.
+func TestInstallFailingHalfWayGivesBack(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// again installs once before, so that a manifest is there.
+		again bool
+	}{{name: "first install"}, {name: "second install, after kubeadm rewrote config.yaml and serve's drop-in went", again: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := node(t, "kubeadm")
+			o := nodeinstall.Options{Root: root, KubeletVersion: version("v1.30.1")}
+			if tc.again {
+				p, err := nodeinstall.PlanInstall(o)
+				require.NoError(t, err)
+				_, err = nodeinstall.Install(o, p)
+				require.NoError(t, err)
+				original, err := os.ReadFile("testdata/kubeadm/var/lib/kubelet/config.yaml")
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(filepath.Join(root, "var/lib/kubelet/config.yaml"), original, 0o644))
+				require.NoError(t, os.Remove(filepath.Join(root, nodeinstall.ServeDropIn)))
+			}
+			blocker := filepath.Join(root, filepath.Dir(nodeinstall.ServeDropIn))
+			require.NoError(t, os.RemoveAll(blocker))
+			p, err := nodeinstall.PlanInstall(o)
+			require.NoError(t, err)
+			require.True(t, p.Changed())
+			require.NoError(t, os.MkdirAll(filepath.Dir(blocker), 0o755))
+			require.NoError(t, os.WriteFile(blocker, []byte("in the way\n"), 0o644))
+			before := tree(t, root)
+
+			_, err = nodeinstall.Install(o, p)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), nodeinstall.ServeDropIn)
+			assert.Equal(t, before, tree(t, root), "the tree after the failed install")
+		})
+	}
+}
