@@ -139,6 +139,11 @@ func (o *installOptions) install(ctx context.Context, out io.Writer) error {
 	if err := o.withSystemd(ctx, ready, func(ctx context.Context, r *nodeinstall.Restarter) error {
 		return r.Activate(ctx, p.Units)
 	}); err != nil {
+		if errors.Is(err, nodeinstall.ErrKubeletNotRestarted) {
+			// Its files point at serve now: its next restart, whatever
+			// causes it, finds a serve that did not start.
+			return fmt.Errorf("%w; the kubelet runs on, but its files now point at serve's %s: before it restarts, make serve start (journalctl -u pullguard.service) and run install --restart-kubelet again, or run pullguard uninstall", err, p.ServeSocket)
+		}
 		return err
 	}
 	fmt.Fprintf(out, "the kubelet restarted onto serve (%s); doctor passes\n", p.ServeSocket)

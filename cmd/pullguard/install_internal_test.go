@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,10 +18,20 @@ import (
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
-// recordingSystemd is a fake host systemd that records the calls.
-type recordingSystemd struct{ calls []string }
+// recordingSystemd is a fake host systemd that records the calls; the
+// call named fail fails.
+type recordingSystemd struct {
+	calls []string
+	fail  string
+}
 
-func (f *recordingSystemd) do(call string) error { f.calls = append(f.calls, call); return nil }
+func (f *recordingSystemd) do(call string) error {
+	f.calls = append(f.calls, call)
+	if call == f.fail {
+		return errors.New("systemd job failed")
+	}
+	return nil
+}
 func (f *recordingSystemd) Reload(context.Context) error {
 	return f.do("daemon-reload")
 }
@@ -81,4 +92,27 @@ func TestInstallRestartKubelet(t *testing.T) {
 	assert.Contains(t, out, "the kubelet restarted on its own settings")
 	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
 	assert.NoFileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
+}
+
+// TestInstallRestartKubeletServeFails: serve does not start. The kubelet
+// is not restarted, and install says that its files point at serve now,
+// and what to do before its next restart.
+func TestInstallRestartKubeletServeFails(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/eks")))
+	sd := &recordingSystemd{fail: "start pullguard.service"}
+	defer func(d any) {
+		dialSystemd = d.(func(context.Context, string) (nodeinstall.Systemd, func(), error))
+	}(dialSystemd)
+	dialSystemd = func(context.Context, string) (nodeinstall.Systemd, func(), error) { return sd, func() {}, nil }
+	cmd := newInstallCommand()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetArgs([]string{"--host-root", root, "--restart-kubelet"})
+	err := cmd.Execute()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, nodeinstall.ErrKubeletNotRestarted)
+	assert.Contains(t, err.Error(), "starting pullguard.service: systemd job failed")
+	assert.Contains(t, err.Error(), "its files now point at serve's unix:///run/pullguard/pullguard.sock")
+	assert.Contains(t, err.Error(), "pullguard uninstall")
+	assert.NotContains(t, sd.calls, "restart kubelet.service")
 }

@@ -283,7 +283,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	watch, watchOpts := o.admin.startCallWatch(ctx, o.metricsAddr != "" && o.metricsAddr != "0", logger)
+	watch, watchOpts := o.admin.newCallWatch(o.metricsAddr != "" && o.metricsAddr != "0", logger)
 	gs := criproxy.NewGRPCServer(srv, logger, watchOpts...)
 	defer o.admin.startAdmin(o.rootDir, tracker, c.settings.Gates.EnsureSecretPulledImages, logger)()
 
@@ -303,6 +303,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(lis) }()
+	if watch != nil {
+		go watch.Run(ctx)
+	}
 	logger.Info("Serving the CRI image service", "listen", "unix://"+c.socket, "socketFromSystemd", inherited, "backend", o.backendName(), "gate", c.settings.Gates.EnsureSecretPulledImages, "policy", c.settings.Policy)
 	fmt.Fprintf(stderr, "pullguard: serving on unix://%s\n", c.socket)
 	sdNotify(logger, "READY=1", "STATUS=Serving on unix://"+c.socket)

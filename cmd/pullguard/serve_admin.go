@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -37,10 +36,10 @@ func (o *adminOptions) check() error {
 
 var registerSilenceOnce sync.Once
 
-// startCallWatch starts noticing silence on the image service until ctx
-// is done, and returns the watch (nil when --silence-bound is 0) and the
-// gRPC server option that shows it every call.
-func (o *adminOptions) startCallWatch(ctx context.Context, withMetrics bool, logger klog.Logger) (*criproxy.CallWatch, []grpc.ServerOption) {
+// newCallWatch returns the watch that notices silence on the image
+// service (nil when --silence-bound is 0) and the gRPC server option that
+// shows it every call. Its Run starts once serve serves.
+func (o *adminOptions) newCallWatch(withMetrics bool, logger klog.Logger) (*criproxy.CallWatch, []grpc.ServerOption) {
 	if o.silenceBound == 0 {
 		return nil, nil
 	}
@@ -48,7 +47,6 @@ func (o *adminOptions) startCallWatch(ctx context.Context, withMetrics bool, log
 		registerSilenceOnce.Do(func() { legacyregistry.MustRegister(criproxy.SilenceMetrics()...) })
 	}
 	w := criproxy.NewCallWatch(clock.RealClock{}, o.silenceBound, logger)
-	go w.Run(ctx)
 	return w, []grpc.ServerOption{grpc.ChainUnaryInterceptor(w.UnaryInterceptor())}
 }
 

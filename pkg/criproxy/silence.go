@@ -106,8 +106,20 @@ func (w *CallWatch) Status() SilenceStatus {
 
 // Run checks for a silence until ctx is done, every quarter of the bound
 // (at most every 10 s, at least every millisecond): it logs one warning
-// when one starts.
+// when one starts. Until a call arrives, the silence counts from Run's
+// start: the caller runs it once it serves, so that the time it waited
+// before (for its runtime), when no kubelet could call, is no silence.
 func (w *CallWatch) Run(ctx context.Context) {
+	now := w.clock.Now()
+	w.mu.Lock()
+	started := !w.calls
+	if started {
+		w.last = now
+	}
+	w.mu.Unlock()
+	if started {
+		lastCallGauge.Set(float64(now.UnixNano()) / 1e9)
+	}
 	t := w.clock.NewTicker(max(time.Millisecond, min(w.bound/4, 10*time.Second)))
 	defer t.Stop()
 	for {

@@ -132,3 +132,30 @@ func TestCallWatchRunAndInterceptor(t *testing.T) {
 	assert.Equal(t, clk.Now(), st.Last)
 	assert.True(t, strings.Contains(fmt.Sprint(logs.all()), "resumed"), "logs: %q", logs.all())
 }
+
+// TestCallWatchCountsFromRun: the silence counts from Run, which serve
+// calls once it serves: the time it waited for its runtime before, when
+// no kubelet could call, is no silence.
+func TestCallWatchCountsFromRun(t *testing.T) {
+	const bound = time.Minute
+	w, clk, logs := newWatch(t, bound)
+	clk.Step(10 * bound) // serve waits for its runtime
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	require.Eventually(t, clk.HasWaiters, 10*time.Second, time.Millisecond, "Run's ticker")
+	start := clk.Now()
+	st := w.Status()
+	assert.False(t, st.Silent)
+	assert.Equal(t, start, st.Last, "the silence counts from Run")
+
+	clk.Step(bound)
+	select {
+	case line := <-logs.ch:
+		assert.Contains(t, line, `"silentFor"="1m0s"`)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no warning a bound after Run")
+	}
+	assert.Len(t, logs.all(), 1, "one warning: %q", logs.all())
+}

@@ -17,7 +17,9 @@ import (
 // originals of the files it changes under serve's store and writes the
 // manifest; then it writes each file with internal/durable, so that a
 // crash leaves each file old or new, never a mix, and uninstall can give
-// back the old ones. A plan that changes nothing writes nothing.
+// back the old ones. A write that fails gives back the files written
+// before it and the manifest as it was: no half install stays. A plan
+// that changes nothing writes nothing.
 func Install(o Options, p *Plan) (*Manifest, error) {
 	m, err := readManifest(o.Root, p.Store)
 	if err != nil {
@@ -29,52 +31,124 @@ func Install(o Options, p *Plan) (*Manifest, error) {
 	if !p.Changed() {
 		return m, nil
 	}
-	for d := p.Store; d != "/" && !exists(o.Root, d); d = path.Dir(d) {
-		if !slices.Contains(m.Dirs, d) {
-			m.Dirs = append(m.Dirs, d)
+	u := &undo{o: o, store: p.Store}
+	if u.manifest, err = os.ReadFile(hostPath(o.Root, manifestPath(p.Store))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("install manifest: %w", err)
+	}
+	addDirs := func(d string) {
+		for ; d != "/" && !exists(o.Root, d); d = path.Dir(d) {
+			if !slices.Contains(m.Dirs, d) {
+				m.Dirs = append(m.Dirs, d)
+				u.dirs = append(u.dirs, d)
+			}
 		}
 	}
+	addDirs(p.Store)
 	if err := os.MkdirAll(hostPath(o.Root, path.Dir(p.Store)), 0o755); err != nil {
-		return nil, fmt.Errorf("serve's store: %w", err)
+		return nil, u.giveBack(fmt.Errorf("serve's store: %w", err))
 	}
 	for _, c := range p.Changes {
 		if c.Action == Unchanged {
 			continue
 		}
-		for d := path.Dir(c.Path); d != "/" && !exists(o.Root, d); d = path.Dir(d) {
-			if !slices.Contains(m.Dirs, d) {
-				m.Dirs = append(m.Dirs, d)
-			}
-		}
+		addDirs(path.Dir(c.Path))
 		r := m.record(c.Path)
 		if r == nil {
-			m.Files = append(m.Files, Record{Path: c.Path, Mode: c.Mode})
+			m.Files = append(m.Files, Record{Path: c.Path})
 			r = &m.Files[len(m.Files)-1]
+		}
+		// A file as an earlier install wrote it keeps that install's
+		// original. One that is new, or changed or removed since (kubeadm
+		// upgrade rewrote it), is what uninstall gives back now.
+		if r.Written == "" || c.Action == Create || hashOf(c.Old) != r.Written {
+			earlier := r.Backup
+			r.Mode, r.Original, r.Backup = c.Mode, "", ""
 			if c.Action == Modify {
 				r.Original = hashOf(c.Old)
 				r.Backup = path.Join(p.Store, installDir, backupDir, c.Path)
-				if err := writeFile(o.Root, r.Backup, c.Old, 0o600, 0o700); err != nil {
-					return nil, fmt.Errorf("backup of %s: %w", c.Path, err)
+				if earlier != "" {
+					// Not over the copy the manifest on disk names until
+					// the new one is written.
+					r.Backup += "." + r.Original[:12]
 				}
+				if err := writeFile(o.Root, r.Backup, c.Old, 0o600, 0o700); err != nil {
+					return nil, u.giveBack(fmt.Errorf("backup of %s: %w", c.Path, err))
+				}
+				u.backups = append(u.backups, r.Backup)
 			}
 		}
 		r.Written = hashOf(c.Data)
 	}
 	// Parents before children, so that uninstall removes them in reverse.
-	slices.SortStableFunc(m.Dirs, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	byDepth := func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") }
+	slices.SortStableFunc(m.Dirs, byDepth)
+	slices.SortStableFunc(u.dirs, byDepth)
 	m.Units = p.Units
 	if err := writeManifest(o.Root, m); err != nil {
-		return nil, err
+		return nil, u.giveBack(err)
 	}
 	for _, c := range p.Changes {
 		if c.Action == Unchanged {
 			continue
 		}
 		if err := writeFile(o.Root, c.Path, c.Data, c.Mode, 0o755); err != nil {
-			return m, err
+			return nil, u.giveBack(err)
 		}
+		u.written = append(u.written, c)
 	}
 	return m, nil
+}
+
+// undo is what an Install wrote so far, to give back when it fails.
+type undo struct {
+	o     Options
+	store string
+	// manifest is the manifest's bytes before, nil when there was none.
+	manifest []byte
+	// dirs are the directories this install created, parents first;
+	// backups the copies of originals it wrote; written the files.
+	dirs    []string
+	backups []string
+	written []Change
+}
+
+// giveBack gives back the files written (removes those created, writes
+// the originals of the others), then the manifest as it was (none: the
+// install directory goes), the copies written and the directories
+// created, and returns cause. A file it cannot give back is in the
+// error, and the new manifest stays, for uninstall.
+func (u *undo) giveBack(cause error) error {
+	root := u.o.Root
+	var errs []error
+	for i := len(u.written) - 1; i >= 0; i-- {
+		c := u.written[i]
+		var err error
+		if c.Action == Create {
+			if err = os.Remove(hostPath(root, c.Path)); errors.Is(err, fs.ErrNotExist) {
+				err = nil
+			}
+		} else {
+			err = writeFile(root, c.Path, c.Old, c.Mode, 0o755)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("giving back %s: %w", c.Path, err))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; then %w: `pullguard uninstall` gives back the rest", cause, errors.Join(errs...))
+	}
+	if u.manifest == nil {
+		_ = os.RemoveAll(hostPath(root, path.Join(u.store, installDir)))
+	} else {
+		if err := durable.WriteFile(hostPath(root, manifestPath(u.store)), u.manifest, manifestFileMode); err != nil {
+			return fmt.Errorf("%w; the files written are given back, but not the manifest: %w", cause, err)
+		}
+		for _, b := range u.backups {
+			_ = os.Remove(hostPath(root, b))
+		}
+	}
+	removeDirs(root, u.dirs)
+	return fmt.Errorf("%w: the files install wrote before are given back", cause)
 }
 
 // writeFile writes a node's file atomically, creating its directory.

@@ -225,5 +225,48 @@ func lineOf(data []byte, name, what string) int {
 	return 0
 }
 
-// hostPath is the node's path p under root.
-func hostPath(root, p string) string { return filepath.Join(root, p) }
+// maxLinks bounds the symbolic links hostPath follows in one path, as
+// the kernel's ELOOP does (40).
+const maxLinks = 40
+
+// hostPath is the node's path p under root, with the node's symbolic
+// links resolved as the node resolves them: an absolute link's target
+// is under root too, and ".." stops at root, so that the path never
+// leads out of root. Resolution stops at the first component that does
+// not exist; the rest is taken as written. Past maxLinks links, the path
+// is the root's own directory "..." (nothing is there), never a link
+// followed out.
+func hostPath(root, p string) string {
+	if filepath.Clean(root) == "/" {
+		return filepath.Join("/", p)
+	}
+	resolved := "/"
+	rest := strings.Split(p, "/")
+	links := 0
+	for len(rest) > 0 {
+		c := rest[0]
+		rest = rest[1:]
+		if c == "" || c == "." {
+			continue
+		}
+		next := path.Join(resolved, c) // ".." above "/" stays at "/"
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			resolved = next
+			continue
+		}
+		if links++; links > maxLinks {
+			return filepath.Join(root, "...", "too many links", p)
+		}
+		target, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			resolved = next
+			continue
+		}
+		if path.IsAbs(target) {
+			resolved = "/"
+		}
+		rest = append(strings.Split(target, "/"), rest...)
+	}
+	return filepath.Join(root, resolved)
+}

@@ -22,7 +22,10 @@
 // Install writes a plan: the originals of the files it changes are copied
 // under serve's store with a manifest (install/install.json) of every file
 // and the hash of what was written, before any file changes; each file is
-// then replaced atomically (internal/durable). PlanUninstall and Uninstall
+// then replaced atomically (internal/durable), and a write that fails
+// gives back those written before it. Every path is the node's: its
+// symbolic links resolve under Options.Root, never out of it.
+// PlanUninstall and Uninstall
 // give back what the manifest lists, byte for byte, and leave, saying so,
 // a file that changed after install. Restarter restarts the kubelet through
 // the host's systemd (Systemd, over D-Bus) and waits for the node to be

@@ -31,7 +31,8 @@ func node(t *testing.T, layout string) string {
 	return root
 }
 
-// tree is every file (its mode and bytes) and directory under root.
+// tree is every file (its mode and bytes), symbolic link (its target) and
+// directory under root.
 func tree(t *testing.T, root string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -42,6 +43,12 @@ func tree(t *testing.T, root string) map[string]string {
 		require.NoError(t, err)
 		if d.IsDir() {
 			out[rel+"/"] = info.Mode().String()
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p)
+			require.NoError(t, err)
+			out[rel] = "-> " + target
 			return nil
 		}
 		data, err := os.ReadFile(p)

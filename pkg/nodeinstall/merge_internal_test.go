@@ -59,6 +59,12 @@ func TestAddExtraArg(t *testing.T) {
 		{name: "empty quotes", file: "KUBELET_EXTRA_ARGS=''", want: "KUBELET_EXTRA_ARGS='" + arg + "'"},
 		{name: "plain, the last line wins", file: "KUBELET_EXTRA_ARGS=--v=1\nKUBELET_EXTRA_ARGS=--v=2\r\n", want: "KUBELET_EXTRA_ARGS=--v=1\nKUBELET_EXTRA_ARGS=--v=2 " + arg + "\r\n"},
 		{name: "no such variable", file: "OTHER=1", want: "OTHER=1\nKUBELET_EXTRA_ARGS=" + arg + "\n"},
+		// Quotes that close inside the value are not the value's: the
+		// argument goes after them, not into the last flag's value.
+		{name: "a quoted flag value last", file: "KUBELET_EXTRA_ARGS=--node-labels=\"a=b\"\n", want: "KUBELET_EXTRA_ARGS=--node-labels=\"a=b\" " + arg + "\n"},
+		{name: "an empty quoted flag value last", file: "KUBELET_EXTRA_ARGS=--node-labels=''\n", want: "KUBELET_EXTRA_ARGS=--node-labels='' " + arg + "\n"},
+		{name: "two quoted words", file: "KUBELET_EXTRA_ARGS=\"--v=2\" \"--max-pods=10\"\n", want: "KUBELET_EXTRA_ARGS=\"--v=2\" \"--max-pods=10\" " + arg + "\n"},
+		{name: "escaped quotes inside", file: "export KUBELET_EXTRA_ARGS=\"--node-labels=\\\"a\\\"\"\n", want: "export KUBELET_EXTRA_ARGS=\"--node-labels=\\\"a\\\" " + arg + "\"\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -49,23 +49,28 @@ type Restarter struct {
 	Interval time.Duration
 }
 
+// ErrKubeletNotRestarted is in Activate's error when it failed before it
+// restarted the kubelet: the kubelet still runs on its old settings.
+var ErrKubeletNotRestarted = errors.New("the kubelet was not restarted")
+
 // Activate reloads systemd, enables serve's units, starts its socket and
 // service, restarts the kubelet, then waits until Ready passes or ctx
-// ends.
+// ends. A failure before the kubelet's restart wraps
+// ErrKubeletNotRestarted: the kubelet is left as it ran.
 func (r *Restarter) Activate(ctx context.Context, units []string) error {
 	sd := r.Systemd
 	if err := sd.Reload(ctx); err != nil {
-		return fmt.Errorf("systemd daemon-reload: %w", err)
+		return fmt.Errorf("systemd daemon-reload: %w (%w)", err, ErrKubeletNotRestarted)
 	}
 	if err := sd.Enable(ctx, units...); err != nil {
-		return fmt.Errorf("enabling %v: %w", units, err)
+		return fmt.Errorf("enabling %v: %w (%w)", units, err, ErrKubeletNotRestarted)
 	}
 	// The socket first, so that nothing that comes early is refused.
 	ordered := slices.Clone(units)
 	slices.SortStableFunc(ordered, func(a, b string) int { return unitOrder(a) - unitOrder(b) })
 	for _, u := range ordered {
 		if err := sd.Start(ctx, u); err != nil {
-			return fmt.Errorf("starting %s: %w", u, err)
+			return fmt.Errorf("starting %s: %w (%w)", u, err, ErrKubeletNotRestarted)
 		}
 	}
 	if err := sd.Restart(ctx, KubeletUnit); err != nil {

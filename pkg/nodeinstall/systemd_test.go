@@ -74,7 +74,7 @@ func TestRestarter(t *testing.T) {
 			name:      "serve does not start: the kubelet is not restarted",
 			fail:      "start pullguard.service",
 			wantCalls: []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service"},
-			wantErr:   "starting pullguard.service: job failed",
+			wantErr:   "starting pullguard.service: job failed (the kubelet was not restarted)",
 		},
 		{
 			name:      "never ready: the deadline ends the wait with doctor's problem",

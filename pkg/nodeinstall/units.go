@@ -158,20 +158,42 @@ func addExtraArg(data []byte, arg string) []byte {
 	body := strings.TrimRight(line, "\r\n")
 	eol := line[len(body):]
 	trimmed := strings.TrimRight(body, " \t")
+	_, value, _ := strings.Cut(trimmed, "=")
+	value = strings.TrimLeft(value, " \t")
 	switch {
-	case strings.HasSuffix(trimmed, "="):
+	case value == "":
 		body = trimmed + arg
-	case strings.HasSuffix(trimmed, `"`) || strings.HasSuffix(trimmed, `'`):
+	case wholeQuoted(value):
 		q := trimmed[len(trimmed)-1:]
 		inner := trimmed[:len(trimmed)-1]
-		if strings.HasSuffix(inner, "="+q) {
+		if len(value) == 2 {
 			body = inner + arg + q
 		} else {
 			body = inner + " " + arg + q
 		}
 	default:
+		// Unquoted, or quotes that close before the end (a flag's quoted
+		// value, several quoted words): the argument goes after them.
 		body = trimmed + " " + arg
 	}
 	lines[last] = body + eol
 	return []byte(strings.Join(lines, ""))
+}
+
+// wholeQuoted says whether an assignment's value is one quoted string:
+// its first quote closes at its last character (in double quotes, a
+// backslash escapes the next character).
+func wholeQuoted(v string) bool {
+	if len(v) < 2 || (v[0] != '"' && v[0] != '\'') {
+		return false
+	}
+	for i := 1; i < len(v); i++ {
+		switch {
+		case v[0] == '"' && v[i] == '\\':
+			i++
+		case v[i] == v[0]:
+			return i == len(v)-1
+		}
+	}
+	return false
 }

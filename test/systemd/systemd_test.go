@@ -150,6 +150,17 @@ func TestRealSystemd(t *testing.T) {
 		t.Logf("systemd-analyze security, online: %s %s", m[1], m[2])
 	})
 
+	t.Run("records", func(t *testing.T) {
+		// serve makes its admin socket inside its sandbox, and root's
+		// `pullguard records` beside it is answered there: a serve that
+		// holds the store but does not answer makes records fail.
+		journal := sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat")
+		assert.NotContains(t, journal, "Failed to serve the admin socket")
+		assert.Equal(t, "srw------- root root", sd.run(t, "stat", "-c", "%A %U %G", "/run/pullguard/admin.sock"), "mode 0600, root's")
+		out := sd.run(t, "/usr/bin/pullguard", "records", "-o", "json")
+		assert.Contains(t, out, `"records"`)
+	})
+
 	t.Run("stop", func(t *testing.T) {
 		sd.run(t, "systemctl", "stop", "pullguard.service")
 		assert.Contains(t, sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "Stopped")
