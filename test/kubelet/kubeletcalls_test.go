@@ -195,6 +195,9 @@ func alwaysAfterRotation(t *testing.T, w *world) {
 // credentials").
 func imageVolumeSyncs(t *testing.T, w *world, m mode) {
 	ctx, c, img, a := w.ctx, w.c, w.img, w.a
+	if rel := c.bins.kubeletRelease; rel.minor < imageVolumeDigestMinor {
+		t.Skipf("kubelet %s: image volumes are on by default, and ImageVolumeWithDigest exists, from v1.%d", rel.version, imageVolumeDigestMinor)
+	}
 	mounts, version, err := c.ctrd.supportsImageVolumes(ctx)
 	require.NoError(t, err)
 	require.True(t, mounts, "containerd %s does not mount image volumes (2.1 and later do)", version)

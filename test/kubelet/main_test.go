@@ -25,10 +25,12 @@ const adminUser = "e2e-admin"
 // binaries are the programs a cluster runs.
 type binaries struct {
 	kubelet, apiserver string
-	containerd         string // the directory of containerdCommands
-	pullguard          string // "" when `pullguard serve` is not available
-	noServe            string // why, then
-	pauseBytes         []byte
+	// kubeletRelease and apiserverRelease are their releases.
+	kubeletRelease, apiserverRelease kubeRelease
+	containerd                       string // the directory of containerdCommands
+	pullguard                        string // "" when `pullguard serve` is not available
+	noServe                          string // why, then
+	pauseBytes                       []byte
 }
 
 // prerequisites makes sure the Debian packages are there: as root it
@@ -187,7 +189,7 @@ func keepFixedPaths(t *testing.T, podLogs func() []string) {
 func TestBinaries(t *testing.T) {
 	prerequisites(t)
 	start := time.Now()
-	kubelet, apiserver := buildKube(t)
+	kubelet, apiserver, _, _ := kubeBinaries(t)
 	ctrd := buildContainerd(t)
 	t.Logf("binaries ready in %s: %s, %s, %s", time.Since(start).Round(100*time.Millisecond), kubelet, apiserver, ctrd)
 }
@@ -284,7 +286,7 @@ func prepare(t *testing.T) (binaries, *[]string) {
 
 	start := time.Now()
 	var b binaries
-	b.kubelet, b.apiserver = buildKube(t)
+	b.kubelet, b.apiserver, b.kubeletRelease, b.apiserverRelease = kubeBinaries(t)
 	b.containerd = buildContainerd(t)
 	dir := t.TempDir()
 	b.pullguard, b.noServe = buildPullguard(t, dir)
