@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -107,24 +106,19 @@ func kubeBinaries(t *testing.T) (kubelet, apiserver string, rel, apiRel kubeRele
 // with the settings upstream's build gives them.
 func buildRelease(t *testing.T, rel kubeRelease, names []string) string {
 	t.Helper()
-	dir := cachedBinaries(t, rel.version)
-	var missing []string
-	for _, name := range names {
-		out, err := exec.Command(filepath.Join(dir, name), "--version").Output()
-		if err != nil || strings.TrimSpace(string(out)) != "Kubernetes "+rel.version {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) == 0 {
-		return dir
-	}
-	start := time.Now()
-	tmp, err := os.MkdirTemp(dir, "build-")
-	require.NoError(t, err)
-	defer os.RemoveAll(tmp)
+	return buildCommands(t, rel, names, func(tmp string) string {
+		releaseModule(t, rel, names, tmp)
+		return tmp
+	})
+}
+
+// releaseModule writes buildRelease's module in dir and resolves its
+// dependencies.
+func releaseModule(t *testing.T, rel kubeRelease, names []string, dir string) {
+	t.Helper()
 	goCmd := func(args ...string) ([]byte, error) {
 		cmd := exec.Command("go", args...)
-		cmd.Dir = tmp
+		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
 		return cmd.CombinedOutput()
 	}
@@ -134,45 +128,28 @@ func buildRelease(t *testing.T, rel kubeRelease, names []string) string {
 	require.NoError(t, json.Unmarshal(out, &dl), "%s", out)
 	gomod, err := releaseGoMod(dl.GoMod, rel)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(gomod), 0o644))
+	path := filepath.Join(dir, "go.mod")
+	require.NoError(t, os.WriteFile(path, []byte(gomod), 0o644))
 
-	var pkgs []string
-	for _, name := range missing {
-		pkgs = append(pkgs, "k8s.io/kubernetes/cmd/"+name)
+	args := []string{"get"}
+	for _, name := range names {
+		args = append(args, "k8s.io/kubernetes/cmd/"+name+"@"+rel.version)
 	}
 	unavailable := regexp.MustCompile(`(k8s\.io/[a-z0-9-]+)@(v0\.\d+\.\d+): reading \S+: 40[34]`)
 	for attempt := 0; ; attempt++ {
-		args := []string{"get"}
-		for _, p := range pkgs {
-			args = append(args, p+"@"+rel.version)
-		}
 		out, err := goCmd(args...)
 		if err == nil {
-			break
+			return
 		}
 		m := unavailable.FindStringSubmatch(string(out))
 		require.True(t, m != nil && attempt < 10, "go %v: %s", args, out)
 		alt := newestOfMinor(t, goCmd, m[1], rel.minor)
 		t.Logf("%s %s is not on the module proxy: building with %s", m[1], m[2], alt)
-		b, err := os.ReadFile(filepath.Join(tmp, "go.mod"))
+		b, err := os.ReadFile(path)
 		require.NoError(t, err)
 		fixed := strings.Replace(string(b), m[1]+" => "+m[1]+" "+m[2], m[1]+" => "+m[1]+" "+alt, 1)
-		require.NoError(t, os.WriteFile(filepath.Join(tmp, "go.mod"), []byte(fixed), 0o644))
+		require.NoError(t, os.WriteFile(path, []byte(fixed), 0o644))
 	}
-	ldflags := strings.Join([]string{
-		"-X k8s.io/component-base/version.gitVersion=" + rel.version,
-		"-X k8s.io/component-base/version.gitMajor=1",
-		"-X k8s.io/component-base/version.gitMinor=" + strconv.Itoa(rel.minor),
-		"-X k8s.io/component-base/version.gitTreeState=clean",
-	}, " ")
-	args := append([]string{"build", "-ldflags", ldflags, "-o", tmp + "/"}, pkgs...)
-	out, err = goCmd(args...)
-	require.NoError(t, err, "go %v: %s", args, out)
-	for _, name := range missing {
-		require.NoError(t, os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)))
-	}
-	t.Logf("built %v %s in %s (cached in %s)", missing, rel.version, time.Since(start).Round(time.Second), dir)
-	return dir
 }
 
 // releaseGoMod is the throwaway module's go.mod for rel, from
