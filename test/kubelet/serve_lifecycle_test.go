@@ -219,7 +219,7 @@ func serveUpgrade(t *testing.T, w *world) {
 
 	_, err = c.awaitState(ctx, a.ns, p.Name, "Running", 60*time.Second)
 	require.NoError(t, err)
-	t.Logf("the pod created during the upgrade ran %s after serve was back (the kubelet retries a pod whose sync failed after about 10 s)", time.Since(back).Round(10*time.Millisecond))
+	t.Logf("the pod created during the upgrade ran %s after serve was back (the kubelet retries a pod whose sync failed after 10-15 s, or sooner when the pod changes)", time.Since(back).Round(10*time.Millisecond))
 	_, err = c.awaitEventMatching(ctx, a.ns, p.Name, "Pulled", pulledFromRecord)
 	assert.NoError(t, err)
 	tr := w.since(t, from, "team-a/app")
