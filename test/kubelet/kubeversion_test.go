@@ -36,6 +36,9 @@ const (
 	// ImageVolumeWithDigest gate (1.35, when image volumes became on by
 	// default).
 	imageVolumeDigestMinor = 35
+	// alwaysPullsWithoutAskingMinor is the first kubelet that pulls an
+	// Always container's image without asking ImageStatus first.
+	alwaysPullsWithoutAskingMinor = 32
 	// oldestKubeletMinor is the oldest kubelet the harness configures.
 	oldestKubeletMinor = 31
 )
