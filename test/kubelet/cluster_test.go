@@ -77,6 +77,7 @@ type cluster struct {
 // t.Cleanup, in reverse order, even when the test fails.
 func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, preload func(*cluster)) *cluster {
 	t.Helper()
+	skipUnsupported(t, m, bins.kubeletRelease)
 	dir, err := os.MkdirTemp("/tmp", "pgk-") // short: unix socket paths are limited to 108 bytes
 	require.NoError(t, err)
 	c := &cluster{t: t, dir: dir, mode: m, bins: bins}
@@ -156,7 +157,7 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 	c.apiURL = "https://127.0.0.1:" + strconv.Itoa(port)
 	out, err := newOutput(filepath.Join(c.dir, "kube-apiserver.log"))
 	require.NoError(t, err)
-	c.api, err = spawn(out, nil, c.bins.apiserver,
+	args := []string{
 		"--etcd-servers", c.etcd.name,
 		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", strconv.Itoa(port),
 		"--tls-cert-file", serving, "--tls-private-key-file", servingKey,
@@ -169,13 +170,17 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 		"--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none",
+		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"),
+	}
+	if c.bins.apiserverRelease.minor >= imageVolumeDigestMinor {
 		// The API server keeps an image volume's
 		// volumeStatus.image.imageRef only under this gate (alpha; it
 		// drops the field otherwise). A kubelet without the gate sets
 		// no such field, so only the step that turns it on in the
 		// kubelet sees a difference.
-		"--feature-gates", "ImageVolumeWithDigest=true",
-		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"))
+		args = append(args, "--feature-gates", "ImageVolumeWithDigest=true")
+	}
+	c.api, err = spawn(out, nil, c.bins.apiserver, args...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.api.stop(20 * time.Second) })
 
@@ -350,9 +355,7 @@ func (c *cluster) writeKubeletConfig() {
 	}
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-featureGates:
-  KubeletEnsureSecretPulledImages: %t
-%scontainerRuntimeEndpoint: %q
+%s%scontainerRuntimeEndpoint: %q
 imageServiceEndpoint: %q
 address: 127.0.0.1
 port: %d
@@ -375,7 +378,7 @@ registerNode: true
 %ssyncFrequency: 5s
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
-`, c.mode.kubeletGate, policy, "unix://"+c.ctrd.socket, imageService, port, hport,
+`, c.kubeletFeatureGates(), policy, "unix://"+c.ctrd.socket, imageService, port, hport,
 		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"), pulls)
 	path := filepath.Join(c.dir, "kubelet-config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,10 +26,12 @@ const adminUser = "e2e-admin"
 // binaries are the programs a cluster runs.
 type binaries struct {
 	kubelet, apiserver string
-	containerd         string // the directory of containerdCommands
-	pullguard          string // "" when `pullguard serve` is not available
-	noServe            string // why, then
-	pauseBytes         []byte
+	// kubeletRelease and apiserverRelease are their releases.
+	kubeletRelease, apiserverRelease kubeRelease
+	containerd                       string // the directory of containerdCommands
+	pullguard                        string // "" when `pullguard serve` is not available
+	noServe                          string // why, then
+	pauseBytes                       []byte
 }
 
 // prerequisites makes sure the Debian packages are there: as root it
@@ -187,7 +190,7 @@ func keepFixedPaths(t *testing.T, podLogs func() []string) {
 func TestBinaries(t *testing.T) {
 	prerequisites(t)
 	start := time.Now()
-	kubelet, apiserver := buildKube(t)
+	kubelet, apiserver, _, _ := kubeBinaries(t)
 	ctrd := buildContainerd(t)
 	t.Logf("binaries ready in %s: %s, %s, %s", time.Since(start).Round(100*time.Millisecond), kubelet, apiserver, ctrd)
 }
@@ -203,45 +206,68 @@ func cachedBinaries(t *testing.T, version string) string {
 	return dir
 }
 
-// buildKube returns the kubelet and kube-apiserver, built once per
-// version into the module cache (CI caches it), so later runs reuse them.
+// buildKube returns the kubelet and kube-apiserver of kubeVersion, built
+// from this module (buildCommands).
 func buildKube(t *testing.T) (kubelet, apiserver string) {
 	t.Helper()
-	dir := cachedBinaries(t, kubeVersion)
-	// Only -X: -w would also turn off DWARF in the compiler, which misses
-	// the Go build cache of every package.
-	ldflags := strings.Join([]string{
-		"-X k8s.io/component-base/version.gitVersion=" + kubeVersion,
-		"-X k8s.io/component-base/version.gitMajor=1",
-		"-X k8s.io/component-base/version.gitMinor=" + strings.Split(kubeVersion, ".")[1],
-		"-X k8s.io/component-base/version.gitTreeState=clean",
-	}, " ")
+	rel, err := parseRelease(kubeVersion)
+	require.NoError(t, err)
+	dir := buildCommands(t, rel, []string{"kubelet", "kube-apiserver"}, nil)
+	return filepath.Join(dir, "kubelet"), filepath.Join(dir, "kube-apiserver")
+}
+
+// buildCommands returns the directory of names (commands of
+// k8s.io/kubernetes/cmd) at rel, built once per release into the module
+// cache (CI caches it) and reused while each one's --version names rel.
+// The build runs in the module module returns (given the build's
+// temporary directory, which it may use); nil: this module.
+func buildCommands(t *testing.T, rel kubeRelease, names []string, module func(tmp string) string) string {
+	t.Helper()
+	dir := cachedBinaries(t, rel.version)
 	var missing []string
-	for _, name := range []string{"kubelet", "kube-apiserver"} {
+	for _, name := range names {
 		out, err := exec.Command(filepath.Join(dir, name), "--version").Output()
-		if err != nil || strings.TrimSpace(string(out)) != "Kubernetes "+kubeVersion {
+		if err != nil || strings.TrimSpace(string(out)) != "Kubernetes "+rel.version {
 			missing = append(missing, name)
 		}
 	}
-	if len(missing) > 0 {
-		// One go build for both: their shared packages compile once, in
-		// parallel with the rest.
-		start := time.Now()
-		tmp, err := os.MkdirTemp(dir, "build-")
-		require.NoError(t, err)
-		defer os.RemoveAll(tmp)
-		args := []string{"build", "-ldflags", ldflags, "-o", tmp + "/"}
-		for _, name := range missing {
-			args = append(args, "k8s.io/kubernetes/cmd/"+name)
-		}
-		out, err := exec.Command("go", args...).CombinedOutput()
-		require.NoError(t, err, "go %v: %s", args, out)
-		for _, name := range missing {
-			require.NoError(t, os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)))
-		}
-		t.Logf("built %v %s in %s (cached in %s)", missing, kubeVersion, time.Since(start).Round(time.Second), dir)
+	if len(missing) == 0 {
+		return dir
 	}
-	return filepath.Join(dir, "kubelet"), filepath.Join(dir, "kube-apiserver")
+	// One go build for all: their shared packages compile once, in
+	// parallel with the rest.
+	start := time.Now()
+	tmp, err := os.MkdirTemp(dir, "build-")
+	require.NoError(t, err)
+	defer os.RemoveAll(tmp)
+	var moduleDir string
+	if module != nil {
+		moduleDir = module(tmp)
+	}
+	// Only -X: -w would also turn off DWARF in the compiler, which misses
+	// the Go build cache of every package.
+	ldflags := strings.Join([]string{
+		"-X k8s.io/component-base/version.gitVersion=" + rel.version,
+		"-X k8s.io/component-base/version.gitMajor=1",
+		"-X k8s.io/component-base/version.gitMinor=" + strconv.Itoa(rel.minor),
+		"-X k8s.io/component-base/version.gitTreeState=clean",
+	}, " ")
+	args := []string{"build", "-ldflags", ldflags, "-o", tmp + "/"}
+	for _, name := range missing {
+		args = append(args, "k8s.io/kubernetes/cmd/"+name)
+	}
+	cmd := exec.Command("go", args...)
+	if moduleDir != "" {
+		cmd.Dir = moduleDir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "go %v: %s", args, out)
+	for _, name := range missing {
+		require.NoError(t, os.Rename(filepath.Join(tmp, name), filepath.Join(dir, name)))
+	}
+	t.Logf("built %v %s in %s (cached in %s)", missing, rel.version, time.Since(start).Round(time.Second), dir)
+	return dir
 }
 
 // buildPullguard builds pullguard from the checkout this test is in (or,
@@ -284,7 +310,7 @@ func prepare(t *testing.T) (binaries, *[]string) {
 
 	start := time.Now()
 	var b binaries
-	b.kubelet, b.apiserver = buildKube(t)
+	b.kubelet, b.apiserver, b.kubeletRelease, b.apiserverRelease = kubeBinaries(t)
 	b.containerd = buildContainerd(t)
 	dir := t.TempDir()
 	b.pullguard, b.noServe = buildPullguard(t, dir)

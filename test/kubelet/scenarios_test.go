@@ -209,6 +209,12 @@ func scenarios(t *testing.T, m mode, bins binaries, podLogs *[]string) {
 			w.refused(t, pod(b.ns, "after-pg-restart", img.app, ifNotPresent, noSecret), "team-a/app", false)
 			w.freeRun(t, pod(a.ns, "app-4", img.app, ifNotPresent, withSecret))
 		})
+		w.step(t, "serve upgraded while pods run: nothing restarts, a pod created meanwhile starts once serve is back", func(t *testing.T) {
+			serveUpgrade(t, w)
+		})
+		w.step(t, "serve down: nothing admitted, running pods untouched, the kubelet keeps running", func(t *testing.T) {
+			serveOutage(t, w)
+		})
 		t.Run("pullguard saw the pods and logged no credential", func(t *testing.T) {
 			w.noCredentialInPullguardLog(t, "team-a/app-2", "team-c/app", "team-b/intruder")
 		})
