@@ -59,7 +59,7 @@ func TestInstallCommand(t *testing.T) {
 	a, b := w.a, w.b
 	root := c.mkdir("host")
 	writeKubeadmNode(t, c, root, bins.kubelet)
-	before := snapshot(t, root)
+	before := rootFiles(t, root)
 	var ownArgs []string
 
 	w.step(t, "the kubelet runs from the root's unit, flags files and config.yaml", func(t *testing.T) {
@@ -78,13 +78,13 @@ func TestInstallCommand(t *testing.T) {
 		assert.Regexp(t, `(?m)^create +`+nodeinstall.DefaultConfigDir+`/`+nodeinstall.KubeletDropIn+`:`, string(out))
 		assert.Regexp(t, `(?m)^create +`+nodeinstall.ServeDropIn+`:`, string(out))
 		assert.NotRegexp(t, `(?m)^create +/etc/systemd/system/pullguard\.(service|socket):`, string(out))
-		now := snapshot(t, root)
+		now := rootFiles(t, root)
 		assert.Equal(t, before["/var/lib/kubelet/config.yaml"], now["/var/lib/kubelet/config.yaml"])
 
 		out, err = exec.CommandContext(ctx, bins.pullguard, "install", "--host-root", root).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		assert.Contains(t, string(out), "nothing to change")
-		assert.Equal(t, now, snapshot(t, root), "a second install wrote nothing")
+		assert.Equal(t, now, rootFiles(t, root), "a second install wrote nothing")
 	})
 	w.step(t, "the kubelet restarted on what install wrote, serve started from its drop-in", func(t *testing.T) {
 		args := c.kubeletFromRoot(t, root)
@@ -123,7 +123,7 @@ func TestInstallCommand(t *testing.T) {
 		out, err := exec.CommandContext(ctx, bins.pullguard, "uninstall", "--host-root", root).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		t.Logf("pullguard uninstall:\n%s", out)
-		assert.Equal(t, before, snapshot(t, root))
+		assert.Equal(t, before, rootFiles(t, root))
 	})
 	w.step(t, "the kubelet restarted on its own settings runs pods with serve stopped", func(t *testing.T) {
 		// What `uninstall --restart-kubelet` asks systemd: the kubelet
@@ -133,7 +133,7 @@ func TestInstallCommand(t *testing.T) {
 		c.klArgs = args
 		c.restartKubelet(ctx)
 		c.pg.stop(15 * time.Second)
-		assert.Equal(t, before, snapshot(t, root), "serve's exit wrote nothing under the root")
+		assert.Equal(t, before, rootFiles(t, root), "serve's exit wrote nothing under the root")
 		w.freeRun(t, pod(a.ns, "app-3", appImage, ifNotPresent, withSecret))
 	})
 	t.Logf("TestInstallCommand took %s", time.Since(start).Round(10*time.Millisecond))
@@ -195,7 +195,7 @@ func writeKubeadmNode(t *testing.T, c *cluster, root, kubelet string) {
 	}
 
 	var kubeadmArgs []string
-	for _, name := range sortedNames(flags) {
+	for _, name := range flagNames(flags) {
 		if name != nodeinstall.FlagConfig && name != "kubeconfig" {
 			kubeadmArgs = append(kubeadmArgs, "--"+name+"="+flags[name].Value)
 		}
@@ -241,9 +241,9 @@ ExecStart=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS $KUBELET_CONFIG_ARGS $KUBELE
 	// node's path.
 	k, err := nodeinstall.Discover(root)
 	require.NoError(t, err)
-	want := values(flags)
+	want := flagValues(flags)
 	want[nodeinstall.FlagConfig] = "/var/lib/kubelet/config.yaml"
-	require.Equal(t, want, values(k.Flags))
+	require.Equal(t, want, flagValues(k.Flags))
 }
 
 // kubeletFromRoot is the kubelet's command line as root's unit and flags
@@ -254,7 +254,7 @@ func (c *cluster) kubeletFromRoot(t *testing.T, root string) []string {
 	require.NoError(t, err)
 	require.Equal(t, "/usr/bin/kubelet", k.Binary)
 	var args []string
-	for _, name := range sortedNames(k.Flags) {
+	for _, name := range flagNames(k.Flags) {
 		v := k.Flag(name)
 		if name == nodeinstall.FlagConfig || name == nodeinstall.FlagConfigDir {
 			v = filepath.Join(root, v)
@@ -328,9 +328,9 @@ func (c *cluster) serveFromDropIn(t *testing.T, root string) func(metrics string
 	}
 }
 
-// snapshot is every file, directory and link under root: its mode and
+// rootFiles is every file, directory and link under root: its mode and
 // content (a link's target).
-func snapshot(t *testing.T, root string) map[string]string {
+func rootFiles(t *testing.T, root string) map[string]string {
 	tree := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -363,7 +363,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 	return tree
 }
 
-func sortedNames(flags map[string]nodeinstall.Flag) []string {
+func flagNames(flags map[string]nodeinstall.Flag) []string {
 	names := make([]string, 0, len(flags))
 	for n := range flags {
 		names = append(names, n)
@@ -372,7 +372,7 @@ func sortedNames(flags map[string]nodeinstall.Flag) []string {
 	return names
 }
 
-func values(flags map[string]nodeinstall.Flag) map[string]string {
+func flagValues(flags map[string]nodeinstall.Flag) map[string]string {
 	v := map[string]string{}
 	for n, f := range flags {
 		v[n] = f.Value
