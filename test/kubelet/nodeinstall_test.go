@@ -21,7 +21,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
-// TestInstallCommand: `pullguard install --host-root` on a scratch root
+// TestInstallOnTheKubelet: `pullguard install --host-root` on a scratch root
 // that holds this node's kubelet as the harness runs it, the way kubeadm
 // lays it out: the kubelet package's kubelet.service, kubeadm's
 // 10-kubeadm.conf drop-in, kubeadm-flags.env, /etc/default/kubelet and
@@ -40,7 +40,7 @@ import (
 // the kubelet's other files (its root directory, kubeconfig and
 // certificates) stay in the harness's directory, named by their real
 // paths, which install copies into serve's drop-in and nothing else.
-func TestInstallCommand(t *testing.T) {
+func TestInstallOnTheKubelet(t *testing.T) {
 	bins, podLogs := prepare(t)
 	if bins.pullguard == "" {
 		t.Skip("skipped: " + bins.noServe)
@@ -138,7 +138,7 @@ func TestInstallCommand(t *testing.T) {
 		assert.Equal(t, before, rootFiles(t, root), "serve's exit wrote nothing under the root")
 		w.freeRun(t, pod(a.ns, "app-3", appImage, ifNotPresent, withSecret))
 	})
-	t.Logf("TestInstallCommand took %s", time.Since(start).Round(10*time.Millisecond))
+	t.Logf("TestInstallOnTheKubelet took %s", time.Since(start).Round(10*time.Millisecond))
 }
 
 // kubeadmUnit is the kubelet package's kubelet.service; kubeadm's drop-in
