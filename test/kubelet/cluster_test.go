@@ -71,6 +71,9 @@ type cluster struct {
 	// (its /metrics among others).
 	kubeletPort int
 	client      kubernetes.Interface
+	// serveLine, when set, is serve's command line (after the binary) for
+	// its metrics address, in place of the test's or the shipped unit's.
+	serveLine func(metrics string) []string
 }
 
 // startCluster brings the node up; everything it starts is stopped by
@@ -245,6 +248,9 @@ func (c *cluster) startPullguard(ctx context.Context) {
 		"-v", "2"}
 	if c.mode.installed {
 		args = c.installedServe(metrics)
+	}
+	if c.serveLine != nil {
+		args = c.serveLine(metrics)
 	}
 	// containerd's registry hosts directory is the test's (a node's is
 	// /etc/containerd/certs.d, serve's default).
