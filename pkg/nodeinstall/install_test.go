@@ -131,6 +131,16 @@ func TestInstallUninstall(t *testing.T) {
 			configDir: "/etc/kubernetes/kubelet.conf.d",
 		},
 		{
+			// A --config-dir would make the kubelet read these as unset and
+			// take its defaults ([pods], the default thresholds).
+			name:      "kubeadm, kubelet 1.33, empty lists in config.yaml: merged, not given a --config-dir",
+			layout:    "kubeadm",
+			version:   "v1.33.4",
+			setup:     appendTo("var/lib/kubelet/config.yaml", "enforceNodeAllocatable: []\nevictionHard: {}\n"),
+			untouched: []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"},
+			kubelet:   []string{"var/lib/kubelet/config.yaml"},
+		},
+		{
 			name:      "kubeadm with a --config-dir: a drop-in, config.yaml untouched",
 			layout:    "kubeadm",
 			version:   "v1.33.4",

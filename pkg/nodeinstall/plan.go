@@ -168,7 +168,7 @@ func PlanInstall(o Options) (*Plan, error) {
 		if err := p.dropIn(o, configDir, settings); err != nil {
 			return nil, err
 		}
-	case p.canAddConfigDir(o):
+	case p.canAddConfigDir(o) && p.configDirKeeps(o, main):
 		configDir = DefaultConfigDir
 		if err := p.addConfigDir(o, configDir); err != nil {
 			return nil, err
