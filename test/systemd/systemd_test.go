@@ -1,8 +1,11 @@
-// Package systemd_test runs pullguard serve under a real systemd, PID 1 of
-// its own PID and mount namespace, booted from a Debian root made by
-// debootstrap: the shipped units, their socket activation, readiness and
-// sandbox, with a credential-provider plugin. Run it with `make
-// e2e-systemd` (PULLGUARD_E2E_SYSTEMD=1, as root); see docs/testing.md.
+// Package systemd_test runs pullguard under a real systemd, PID 1 of its own
+// PID and mount namespace, booted from a Debian root made by debootstrap:
+// the release's .deb installed with dpkg, the shipped units' socket
+// activation, readiness and sandbox with a credential-provider plugin, and
+// `pullguard install` and `uninstall --restart-kubelet` on a kubeadm-style
+// kubelet (a stand-in that checks its image service as the kubelet does).
+// Run it with `make e2e-systemd` (PULLGUARD_E2E_SYSTEMD=1, as root); see
+// docs/testing.md.
 package systemd_test
 
 import (
