@@ -16,16 +16,14 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
+	"github.com/pullguard/pullguard/test/systemd/testdata/criclient"
 )
 
 // version is what `kubelet --version` prints.
@@ -107,11 +105,7 @@ func check(endpoint string) error {
 	if !ok {
 		return fmt.Errorf("endpoint %q is not unix://", endpoint)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+path,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
+	conn, err := criclient.Dial(path)
 	if err != nil {
 		return err
 	}
