@@ -68,11 +68,13 @@ release-check:
 e2e:
 	$(GO) test -count=1 -v ./test/e2e/
 
-## e2e-systemd: pullguard serve under a real systemd, booted as PID 1 of
-## its own PID and mount namespace from a Debian root (debootstrap, cached
-## under /var/cache/pullguard-e2e): the shipped units, socket activation,
-## READY, the sandbox with a credential-provider plugin. As root; not part of
-## `make test` (see docs/testing.md for its time).
+## e2e-systemd: pullguard under a real systemd, booted as PID 1 of its own
+## PID and mount namespace from a Debian root (debootstrap, cached under
+## /var/cache/pullguard-e2e): the release's .deb (tools/release, this
+## machine's architecture) installed with dpkg, the shipped units' socket
+## activation, READY, the sandbox with a credential-provider plugin, then
+## `pullguard install`/`uninstall --restart-kubelet` with a kubelet stand-in.
+## As root; not part of `make test` (see docs/testing.md for its time).
 e2e-systemd:
 	PULLGUARD_E2E_SYSTEMD=1 $(GO) test -count=1 -v -timeout 20m ./test/systemd/
 

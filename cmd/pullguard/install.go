@@ -209,29 +209,7 @@ func (o *installOptions) withSystemd(ctx context.Context, ready func(context.Con
 // doctorReady is doctor's checks of the node install set up, as a readiness
 // test: nil once they find no problem.
 func doctorReady(p *nodeinstall.Plan) func(context.Context) error {
-	k := p.Kubelet
-	d := &doctorOptions{
-		serveSocket:  "unix://" + filepath.Join(p.Root, strings.TrimPrefix(p.ServeSocket, "unix://")),
-		serveMetrics: p.ServeMetrics,
-		rootDir:      filepath.Join(p.Root, p.Store),
-		timeout:      3 * time.Second,
-	}
-	if d.serveMetrics == "" {
-		d.serveMetrics = "127.0.0.1:10264" // serve's default
-	}
-	if c := k.Flag(nodeinstall.FlagConfig); c != "" {
-		d.kubeletConfig = filepath.Join(p.Root, c)
-	}
-	if c := k.Flag(nodeinstall.FlagConfigDir); c != "" {
-		d.kubeletConfigDir = filepath.Join(p.Root, c)
-	}
-	// Paths under the host root: what the flags files and serve's unit
-	// name would be the container's.
-	d.set = map[string]bool{"kubelet-config": true, "kubelet-config-dir": true, "serve-socket": true, "serve-metrics-address": true, "root-dir": true}
-	d.hostRoot = p.Root
-	for _, f := range k.EnvFiles {
-		d.flagsFiles = append(d.flagsFiles, filepath.Join(p.Root, f))
-	}
+	d := installDoctorOptions(p)
 	return func(ctx context.Context) error {
 		doc := d.check(ctx)
 		if doc.Problems == 0 {
@@ -244,4 +222,25 @@ func doctorReady(p *nodeinstall.Plan) func(context.Context) error {
 		}
 		return fmt.Errorf("doctor found %d problem(s)", doc.Problems)
 	}
+}
+
+// installDoctorOptions are doctor's options for the node of p. The
+// kubelet's flags, --config and --config-dir are not the plan's: install
+// may have given the kubelet a --config-dir, so doctor reads them as
+// systemd starts the kubelet now, under the host root, at each check.
+func installDoctorOptions(p *nodeinstall.Plan) *doctorOptions {
+	d := &doctorOptions{
+		serveSocket:  "unix://" + filepath.Join(p.Root, strings.TrimPrefix(p.ServeSocket, "unix://")),
+		serveMetrics: p.ServeMetrics,
+		rootDir:      filepath.Join(p.Root, p.Store),
+		timeout:      3 * time.Second,
+	}
+	if d.serveMetrics == "" {
+		d.serveMetrics = "127.0.0.1:10264" // serve's default
+	}
+	// Paths under the host root: what serve's unit names would be the
+	// container's.
+	d.set = map[string]bool{"serve-socket": true, "serve-metrics-address": true, "root-dir": true}
+	d.hostRoot = p.Root
+	return d
 }

@@ -116,3 +116,28 @@ func TestInstallRestartKubeletServeFails(t *testing.T) {
 	assert.Contains(t, err.Error(), "pullguard uninstall")
 	assert.NotContains(t, sd.calls, "restart kubelet.service")
 }
+
+// TestInstallDoctorReadsTheInstalledKubelet: the doctor that
+// --restart-kubelet waits for reads the kubelet as install left it, not as
+// install found it: on a kubeadm node with a kubelet 1.33, install adds a
+// --config-dir to /etc/default/kubelet, and doctor reads the drop-in there.
+func TestInstallDoctorReadsTheInstalledKubelet(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/kubeadm")))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), []byte("#!/bin/sh\necho Kubernetes v1.33.0\n"), 0o755))
+	opts := nodeinstall.Options{Root: root}
+	p, err := nodeinstall.PlanInstall(opts)
+	require.NoError(t, err)
+	require.Empty(t, p.Kubelet.Flag(nodeinstall.FlagConfigDir), "the kubelet had no --config-dir before install")
+	_, err = nodeinstall.Install(opts, p)
+	require.NoError(t, err)
+
+	k, err := installDoctorOptions(p).readKubelet(context.Background(), func(severity, check, what, fix string) {
+		t.Errorf("%s %s: %s (%s)", severity, check, what, fix)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "/var/lib/kubelet/config.yaml"), k.path)
+	assert.Equal(t, filepath.Join(root, nodeinstall.DefaultConfigDir), k.dir, "install's --config-dir")
+	assert.Equal(t, p.ServeSocket, k.cfg.ImageServiceEndpoint, "from install's drop-in")
+}

@@ -1,8 +1,11 @@
-// Package systemd_test runs pullguard serve under a real systemd, PID 1 of
-// its own PID and mount namespace, booted from a Debian root made by
-// debootstrap: the shipped units, their socket activation, readiness and
-// sandbox, with a credential-provider plugin. Run it with `make
-// e2e-systemd` (PULLGUARD_E2E_SYSTEMD=1, as root); see docs/testing.md.
+// Package systemd_test runs pullguard under a real systemd, PID 1 of its own
+// PID and mount namespace, booted from a Debian root made by debootstrap:
+// the release's .deb installed with dpkg, the shipped units' socket
+// activation, readiness and sandbox with a credential-provider plugin, and
+// `pullguard install` and `uninstall --restart-kubelet` on a kubeadm-style
+// kubelet (a stand-in that checks its image service as the kubelet does).
+// Run it with `make e2e-systemd` (PULLGUARD_E2E_SYSTEMD=1, as root); see
+// docs/testing.md.
 package systemd_test
 
 import (
@@ -11,11 +14,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -37,9 +43,12 @@ const (
 const (
 	serveSocket   = "/run/pullguard/pullguard.sock"
 	runtimeSocket = "/run/containerd/containerd.sock"
-	pluginBinDir  = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec"
-	providerCfg   = "/etc/kubernetes/credential-provider.yaml"
-	nodeConfig    = "/root/.docker/config.json"
+	// containerdEndpoint is the kubelet's runtime, as kubeadm writes it
+	// (/var/run is /run).
+	containerdEndpoint = "unix:///var/run/containerd/containerd.sock"
+	pluginBinDir       = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec"
+	providerCfg        = "/etc/kubernetes/credential-provider.yaml"
+	nodeConfig         = "/root/.docker/config.json"
 )
 
 func TestRealSystemd(t *testing.T) {
@@ -52,17 +61,56 @@ func TestRealSystemd(t *testing.T) {
 			install(t, "debootstrap")
 		}
 	}
+	suiteStart := time.Now()
 	start := time.Now()
 	root := newRoot(t)
 	t.Logf("root ready in %s", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	deb := releaseDeb(t)
+	t.Logf("%s built by tools/release in %s", filepath.Base(deb), time.Since(start).Round(time.Millisecond))
 	report := pluginReports(t)
-	installNode(t, root, report.Addr().String())
+	installNode(t, root, deb, report.Addr().String())
 
 	start = time.Now()
 	sd := boot(t, root)
 	t.Logf("systemd booted in %s", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() { t.Logf("the suite took %s", time.Since(suiteStart).Round(time.Second)) })
 
 	sd.run(t, "systemctl", "start", "containerd.service")
+
+	if !t.Run("package", func(t *testing.T) {
+		out := sd.run(t, "dpkg", "-i", "/var/tmp/"+filepath.Base(deb))
+		t.Logf("dpkg -i: %s", out)
+		files := strings.Split(sd.run(t, "dpkg", "-L", "pullguard"), "\n")
+		for _, f := range []string{
+			"/usr/bin/pullguard",
+			"/usr/lib/systemd/system/pullguard.service",
+			"/usr/lib/systemd/system/pullguard.socket",
+			"/usr/share/pullguard/kubelet-pullguard.conf",
+			"/usr/share/pullguard/config-snippet.yaml",
+		} {
+			assert.Contains(t, files, f)
+			sd.run(t, "test", "-f", f)
+		}
+		for _, f := range files {
+			assert.False(t, strings.HasPrefix(f, "/etc/"), "the package installs nothing under /etc: %s", f)
+		}
+		assert.Contains(t, sd.run(t, "pullguard", "--version"), releaseVersion)
+		// The package enabled and started nothing.
+		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
+			assert.Equal(t, "disabled", sd.isEnabled(u), u)
+			assert.Equal(t, "inactive", sd.show(t, u, "ActiveState"), u)
+		}
+		_, err := sd.try("test", "-e", "/etc/systemd/system/kubelet.service.d/20-pullguard.conf")
+		assert.Error(t, err, "the package puts no drop-in into the kubelet's unit")
+		_, err = sd.try("test", "-e", serveSocket)
+		assert.Error(t, err, "no socket before the operator starts one")
+		// The operator starts serve by hand in the next steps (docs/serve.md
+		// "The units"): systemd reads the package's units.
+		sd.run(t, "systemctl", "daemon-reload")
+	}) {
+		t.FailNow()
+	}
 
 	t.Run("socket activation", func(t *testing.T) {
 		sd.run(t, "systemctl", "start", "pullguard.socket")
@@ -113,16 +161,78 @@ func TestRealSystemd(t *testing.T) {
 		assert.NotEqual(t, restarts, sd.show(t, "pullguard.service", "NRestarts"))
 	})
 
+	t.Run("stop", func(t *testing.T) {
+		sd.run(t, "systemctl", "stop", "pullguard.service")
+		assert.Contains(t, sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "Stopped")
+		sd.run(t, "test", "-S", serveSocket)
+		sd.run(t, "systemctl", "stop", "pullguard.socket")
+		_, err := sd.try("test", "-e", serveSocket)
+		assert.Error(t, err, "stopping the socket unit removes the socket")
+	})
+
+	// The kubelet, before the install, on its runtime.
+	sd.run(t, "systemctl", "start", "kubelet.service")
+	sd.waitKubelet(t, containerdEndpoint)
+	before := kubeletFiles(t, root)
+	// What $HOME the kubelet has, started by systemd (no User=): where
+	// it searches $HOME/.docker for the node's credentials.
+	environ := sd.run(t, "cat", "/proc/"+sd.show(t, "kubelet.service", "MainPID")+"/environ")
+	home := "unset"
+	for _, kv := range strings.Split(environ, "\x00") {
+		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+			home = v
+		}
+	}
+	t.Logf("the kubelet's $HOME under systemd: %s", home)
+
+	if !t.Run("install", func(t *testing.T) {
+		// D-Bus is masked: install reaches systemd at its private socket.
+		_, err := sd.try("test", "-e", "/run/dbus/system_bus_socket")
+		require.Error(t, err, "no system bus in the booted root")
+		sd.run(t, "test", "-S", "/run/systemd/private")
+		start := time.Now()
+		out, err := sd.try("pullguard", "install", "--restart-kubelet")
+		require.NoError(t, err, "pullguard install --restart-kubelet: %s\nserve: %s\nkubelet: %s", out,
+			sd.journal("pullguard.service", 30), sd.journal("kubelet.service", 10))
+		t.Logf("pullguard install --restart-kubelet took %s:\n%s", time.Since(start).Round(time.Millisecond), lastLines(out, 3))
+		assert.Contains(t, out, "the kubelet restarted onto serve")
+		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
+			assert.Equal(t, "enabled", sd.isEnabled(u), u)
+			assert.Equal(t, "active", sd.show(t, u, "ActiveState"), u)
+		}
+		// The kubelet now asks serve, and serve sees its calls.
+		sd.waitKubelet(t, "unix://"+serveSocket)
+		metrics := serveMetrics(t)
+		assert.Equal(t, "0", metrics["pullguard_criproxy_silent"], "serve is not silent")
+		last, err := strconv.ParseFloat(metrics["pullguard_criproxy_last_request_timestamp_seconds"], 64)
+		require.NoError(t, err, "pullguard_criproxy_last_request_timestamp_seconds: %v", metrics)
+		assert.WithinDuration(t, time.Now(), time.Unix(int64(last), 0), 30*time.Second, "serve's last image service call is the kubelet's, seconds ago")
+
+		out, err = sd.try("pullguard", "doctor")
+		assert.NoError(t, err, "pullguard doctor: %s", out)
+		t.Logf("pullguard doctor:\n%s", out)
+		assert.Contains(t, out, "serve can read the node's credentials the kubelet reads, "+nodeConfig)
+		// serve holds its store: records can only answer through serve's
+		// admin socket.
+		out, err = sd.try("pullguard", "records", "-o", "json")
+		assert.NoError(t, err, "pullguard records: %s", out)
+		assert.NotContains(t, sd.journal("pullguard.service", 0), "Failed to serve the admin socket")
+		assert.Equal(t, "srw------- root root", sd.run(t, "stat", "-c", "%A %U %G", "/run/pullguard/admin.sock"), "the admin socket: mode 0600, root's")
+	}) {
+		t.FailNow()
+	}
+
 	t.Run("sandbox", func(t *testing.T) {
 		// A pull with a credential: serve looks the node's credentials up
-		// beside it, which runs the plugin, inside serve's sandbox.
+		// beside it, which runs the plugin (given to serve by install, from
+		// the kubelet's flags), inside serve's sandbox.
 		assert.Equal(t, "NotFound", sd.run(t, "/usr/local/bin/fakecri", "pull", serveSocket, "registry.example/app:1", "tenant", "tenant-pw-e2e"))
 		select {
 		case line := <-report.lines:
 			// The node keyring asks for the image's repository.
 			assert.Equal(t, "ran uid=0 node-config=readable etc=read-only image=registry.example/app", line)
 		case <-time.After(60 * time.Second):
-			t.Fatalf("the plugin never reported; serve's journal:\n%s", sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"))
+			t.Fatalf("the plugin never reported; serve's journal:\n%s", sd.journal("pullguard.service", 0))
 		}
 		// serve's own mount namespace: the node's docker config readable,
 		// /root read-only, its state directory writable.
@@ -136,7 +246,7 @@ func TestRealSystemd(t *testing.T) {
 		assert.Error(t, inServe("touch", "/root/.docker/e2e-write"), "/root is read-only to serve")
 		assert.Error(t, inServe("touch", "/var/lib/kubelet/e2e-write"), "the kubelet's root directory is read-only to serve")
 		assert.NoError(t, inServe("touch", "/var/lib/pullguard/e2e-write"), "serve's state directory is writable")
-		journal := sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat")
+		journal := sd.journal("pullguard.service", 0)
 		assert.NotContains(t, journal, "could not be read", "serve read the node's docker config")
 		assert.NotContains(t, journal, "tenant-pw-e2e")
 		assert.NotContains(t, journal, "node-pw-e2e")
@@ -150,24 +260,34 @@ func TestRealSystemd(t *testing.T) {
 		t.Logf("systemd-analyze security, online: %s %s", m[1], m[2])
 	})
 
-	t.Run("records", func(t *testing.T) {
-		// serve makes its admin socket inside its sandbox, and root's
-		// `pullguard records` beside it is answered there: a serve that
-		// holds the store but does not answer makes records fail.
-		journal := sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat")
-		assert.NotContains(t, journal, "Failed to serve the admin socket")
-		assert.Equal(t, "srw------- root root", sd.run(t, "stat", "-c", "%A %U %G", "/run/pullguard/admin.sock"), "mode 0600, root's")
-		out := sd.run(t, "/usr/bin/pullguard", "records", "-o", "json")
-		assert.Contains(t, out, `"records"`)
+	t.Run("boot order", func(t *testing.T) {
+		// As at boot: serve down, the kubelet started. Its Wants= starts
+		// serve in the same transaction and After= holds the kubelet until
+		// serve's READY=1, so its start-up check passes at once.
+		sd.run(t, "systemctl", "stop", "pullguard.service")
+		oldServe := sd.show(t, "pullguard.service", "InvocationID")
+		sd.run(t, "systemctl", "restart", "kubelet.service")
+		assert.Equal(t, "active", sd.show(t, "pullguard.service", "ActiveState"), "the kubelet's start started serve")
+		assert.NotEqual(t, oldServe, sd.show(t, "pullguard.service", "InvocationID"))
+		ready := sd.monotonic(t, "pullguard.service", "ActiveEnterTimestampMonotonic")
+		serveStart := sd.monotonic(t, "pullguard.service", "ExecMainStartTimestampMonotonic")
+		kubeletStart := sd.monotonic(t, "kubelet.service", "ExecMainStartTimestampMonotonic")
+		assert.Greater(t, ready, serveStart)
+		assert.GreaterOrEqual(t, kubeletStart, ready, "the kubelet started after serve's READY=1")
+		t.Logf("serve started, READY %s later, the kubelet %s after READY", time.Duration(ready-serveStart)*time.Microsecond, time.Duration(kubeletStart-ready)*time.Microsecond)
+		sd.waitKubelet(t, "unix://"+serveSocket)
 	})
 
-	t.Run("stop", func(t *testing.T) {
-		sd.run(t, "systemctl", "stop", "pullguard.service")
-		assert.Contains(t, sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "Stopped")
-		sd.run(t, "test", "-S", serveSocket)
-		sd.run(t, "systemctl", "stop", "pullguard.socket")
-		_, err := sd.try("test", "-e", serveSocket)
-		assert.Error(t, err, "stopping the socket unit removes the socket")
+	t.Run("uninstall", func(t *testing.T) {
+		out, err := sd.try("pullguard", "uninstall", "--restart-kubelet")
+		require.NoError(t, err, "pullguard uninstall --restart-kubelet: %s", out)
+		t.Logf("pullguard uninstall --restart-kubelet:\n%s", lastLines(out, 2))
+		assert.Equal(t, before, kubeletFiles(t, root), "the kubelet's files and units are back byte for byte")
+		sd.waitKubelet(t, containerdEndpoint)
+		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
+			assert.Equal(t, "disabled", sd.isEnabled(u), u)
+			assert.Equal(t, "inactive", sd.show(t, u, "ActiveState"), u)
+		}
 	})
 }
 
@@ -215,13 +335,36 @@ func tail(b []byte) string {
 	return string(b)
 }
 
-// installNode puts into root what the package installs (the binary at
-// /usr/bin/pullguard, the units in /usr/lib/systemd/system and the
-// kubelet's drop-in) and a node around it: containerd.service, a fake CRI
-// runtime at containerd's socket; the kubelet's configuration file; a
-// node credential in /root/.docker/config.json; and a credential-provider
-// plugin, given to serve by the drop-in an operator with plugins writes.
-func installNode(t *testing.T, root, reportAddr string) {
+// releaseVersion is the version of the package the suite builds.
+const releaseVersion = "v0.0.0-e2e"
+
+// releaseDeb builds the release's .deb for this machine's architecture
+// with tools/release, as `make release` does, and returns its path.
+func releaseDeb(t *testing.T) string {
+	t.Helper()
+	repo, err := filepath.Abs("../..")
+	require.NoError(t, err)
+	dist := filepath.Join(t.TempDir(), "dist")
+	cmd := exec.Command("go", "run", ".", "-C", repo, "-version", releaseVersion, "-dist", dist, "-arch", runtime.GOARCH)
+	cmd.Dir = filepath.Join(repo, "tools/release")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "tools/release: %s", tail(out))
+	debs, err := filepath.Glob(filepath.Join(dist, "pullguard_*_"+runtime.GOARCH+".deb"))
+	require.NoError(t, err)
+	require.Len(t, debs, 1, "tools/release: %s", out)
+	return debs[0]
+}
+
+// installNode puts into root a kubeadm node for the package to be
+// installed on: the .deb in /var/tmp; containerd.service, a fake CRI
+// runtime at containerd's socket; the kubelet stand-in
+// (testdata/kubelet) as /usr/bin/kubelet with the files kubeadm and the
+// kubelet's package write (pkg/nodeinstall's testdata/kubeadm: the unit,
+// 10-kubeadm.conf, /etc/default/kubelet, config.yaml with comments and an
+// operator's keys), its kubeadm-flags.env naming a credential-provider
+// plugin; a node credential in /root/.docker/config.json; and the plugin
+// with its configuration.
+func installNode(t *testing.T, root, deb, reportAddr string) {
 	t.Helper()
 	repo, err := filepath.Abs("../..")
 	require.NoError(t, err)
@@ -231,8 +374,8 @@ func installNode(t *testing.T, root, reportAddr string) {
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "go build %s: %s", pkg, out)
 	}
-	build("./cmd/pullguard", "usr/bin/pullguard")
 	build("./test/systemd/testdata/fakecri", "usr/local/bin/fakecri")
+	build("./test/systemd/testdata/kubelet", "usr/bin/kubelet")
 	build("./test/systemd/testdata/plugin", strings.TrimPrefix(pluginBinDir, "/")+"/e2e-plugin")
 
 	write := func(path string, data []byte, mode os.FileMode) {
@@ -240,19 +383,34 @@ func installNode(t *testing.T, root, reportAddr string) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, data, mode))
 	}
-	copyFile := func(from, to string) {
-		data, err := os.ReadFile(filepath.Join(repo, from))
-		require.NoError(t, err)
-		write(to, data, 0o644)
-	}
-	copyFile("deploy/systemd/pullguard.service", "usr/lib/systemd/system/pullguard.service")
-	copyFile("deploy/systemd/pullguard.socket", "usr/lib/systemd/system/pullguard.socket")
-	copyFile("deploy/systemd/kubelet-pullguard.conf", "etc/systemd/system/kubelet.service.d/20-pullguard.conf")
-	copyFile("deploy/kubelet/config-snippet.yaml", "var/lib/kubelet/config.yaml")
+	data, err := os.ReadFile(deb)
+	require.NoError(t, err)
+	write("var/tmp/"+filepath.Base(deb), data, 0o644)
+
+	kubeadm := filepath.Join(repo, "pkg/nodeinstall/testdata/kubeadm")
+	require.NoError(t, filepath.WalkDir(kubeadm, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(kubeadm, p)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		write(rel, data, 0o644)
+		return nil
+	}))
+	write("var/lib/kubelet/kubeadm-flags.env", []byte(`KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=`+containerdEndpoint+
+		` --pod-infra-container-image=registry.k8s.io/pause:3.10 --image-credential-provider-config=`+providerCfg+
+		` --image-credential-provider-bin-dir=`+pluginBinDir+`"`+"\n"), 0o644)
 
 	// Units a node has that do not start here (D-Bus and logind fail
 	// without inotify instances to spare) would hold the boot for their
-	// start timeouts; systemctl needs neither.
+	// start timeouts; systemctl needs neither, and pullguard install
+	// reaches systemd at its private socket.
 	for _, u := range []string{"dbus.service", "dbus.socket", "systemd-logind.service"} {
 		p := filepath.Join(root, "etc/systemd/system", u)
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
@@ -282,15 +440,72 @@ providers:
   - {name: NODE_USER, value: node}
   - {name: NODE_PASSWORD, value: node-pw-e2e}
 `), 0o644)
+}
 
-	// The shipped ExecStart with the kubelet's two plugin flags added;
-	// everything else is the shipped unit.
-	unit, err := os.ReadFile(filepath.Join(repo, "deploy/systemd/pullguard.service"))
+// kubeletFiles are the SHA-256 of each file, and the target of each
+// symbolic link, where install writes and the kubelet's files are: what
+// uninstall must give back.
+func kubeletFiles(t *testing.T, root string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	for _, dir := range []string{"etc/default", "etc/kubernetes", "etc/systemd/system", "var/lib/kubelet", "usr/lib/systemd/system/kubelet.service.d", "usr/lib/systemd/system/kubelet.service"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.Type()&fs.ModeSymlink != 0:
+				target, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				files[strings.TrimPrefix(p, root)] = "-> " + target
+			case d.Type().IsRegular():
+				data, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				sum := sha256.Sum256(data)
+				files[strings.TrimPrefix(p, root)] = hex.EncodeToString(sum[:])
+			}
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	require.Contains(t, files, "/var/lib/kubelet/config.yaml")
+	return files
+}
+
+// serveMetrics reads serve's /metrics (the unit's --metrics-bind-address,
+// in the host's network namespace, which the suite shares): each
+// unlabelled sample's value by name.
+func serveMetrics(t *testing.T) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:10264/metrics", nil)
 	require.NoError(t, err)
-	m := regexp.MustCompile(`(?m)^ExecStart=((?:.*\\\n)*.*)$`).FindSubmatch(unit)
-	require.NotNil(t, m, "ExecStart in pullguard.service")
-	write("etc/systemd/system/pullguard.service.d/10-credential-providers.conf", []byte("[Service]\nExecStart=\nExecStart="+string(m[1])+
-		" \\\n  --image-credential-provider-config "+providerCfg+" \\\n  --image-credential-provider-bin-dir "+pluginBinDir+"\n"), 0o644)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	samples := map[string]string{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if name, value, ok := strings.Cut(sc.Text(), " "); ok && !strings.HasPrefix(name, "#") && !strings.Contains(name, "{") {
+			samples[name] = value
+		}
+	}
+	require.NoError(t, sc.Err())
+	return samples
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // reports are the lines the plugin sends.
@@ -425,7 +640,9 @@ func (sd *systemd) try(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", sd.nsenterArgs(args...)...)
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"}
+	// As root's shell: doctor searches $HOME/.docker for the node's
+	// credentials.
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
 }
@@ -442,4 +659,55 @@ func (sd *systemd) run(t *testing.T, args ...string) string {
 func (sd *systemd) show(t *testing.T, unit, prop string) string {
 	t.Helper()
 	return sd.run(t, "systemctl", "show", "-p", prop, "--value", unit)
+}
+
+// isEnabled is `systemctl is-enabled` of a unit.
+func (sd *systemd) isEnabled(unit string) string {
+	out, _ := sd.try("systemctl", "is-enabled", unit)
+	return out
+}
+
+// journal is a unit's journal, its last n lines (all when 0).
+func (sd *systemd) journal(unit string, n int) string {
+	args := []string{"journalctl", "-u", unit, "-o", "cat"}
+	if n > 0 {
+		args = append(args, "-n", strconv.Itoa(n))
+	}
+	out, _ := sd.try(args...)
+	return out
+}
+
+// monotonic is a unit's timestamp property in µs of CLOCK_MONOTONIC.
+func (sd *systemd) monotonic(t *testing.T, unit, prop string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(sd.show(t, unit, prop), 10, 64)
+	require.NoError(t, err, "%s %s", unit, prop)
+	require.NotZero(t, v, "%s %s", unit, prop)
+	return v
+}
+
+// waitKubelet waits until the running kubelet stand-in's start-up check
+// (its first ImageFsInfo) passed at endpoint, following its journal; it
+// fails at once when that check failed, or was answered elsewhere.
+func (sd *systemd) waitKubelet(t *testing.T, endpoint string) {
+	t.Helper()
+	require.Equal(t, "active", sd.show(t, "kubelet.service", "ActiveState"), "kubelet.service: %s", sd.journal("kubelet.service", 10))
+	pid := sd.show(t, "kubelet.service", "MainPID")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "nsenter", sd.nsenterArgs("journalctl", "-u", "kubelet.service", "-o", "cat", "--no-tail", "-f")...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_PAGER="}
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { cancel(); _ = cmd.Wait() }()
+	prefix := "pid=" + pid + " check=1 "
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, prefix) {
+			require.Equal(t, prefix+"ok endpoint="+endpoint, line)
+			return
+		}
+	}
+	t.Fatalf("the kubelet (PID %s) logged no start-up check within 60 s: %s", pid, sd.journal("kubelet.service", 10))
 }

@@ -18,9 +18,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/pullguard/pullguard/test/systemd/testdata/criclient"
 )
 
 type images struct {
@@ -68,11 +69,7 @@ func run(mode, socket string, args []string) error {
 		runtimeapi.RegisterImageServiceServer(gs, images{})
 		return gs.Serve(lis)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", addr)
-		}))
+	conn, err := criclient.Dial(socket)
 	if err != nil {
 		return err
 	}
