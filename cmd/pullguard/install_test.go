@@ -1,12 +1,12 @@
 package main_test
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,27 +20,6 @@ func kubeadmNode(t *testing.T, version string) string {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "usr/bin/kubelet"), []byte("#!/bin/sh\necho Kubernetes "+version+"\n"), 0o755))
 	return root
-}
-
-// hostTree is every file and directory under root, with modes and bytes.
-func hostTree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		require.NoError(t, err)
-		info, err := d.Info()
-		require.NoError(t, err)
-		rel, _ := filepath.Rel(root, p)
-		if d.IsDir() {
-			out[rel+"/"] = info.Mode().String()
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		require.NoError(t, err)
-		out[rel] = info.Mode().String() + " " + string(data)
-		return nil
-	}))
-	return out
 }
 
 func goldenFile(t *testing.T, name, got string) {
@@ -60,18 +39,18 @@ func goldenFile(t *testing.T, name, got string) {
 // back byte for byte.
 func TestInstallCommand(t *testing.T) {
 	root := kubeadmNode(t, "v1.33.4")
-	before := hostTree(t, root)
+	before := durabletest.Tree(t, root)
 
 	res := pullguard(t, "install", "--host-root", root, "--dry-run")
 	require.Equal(t, 0, res.code, res.stderr)
 	goldenFile(t, "install-dry-run-kubeadm.txt", res.stdout)
-	assert.Equal(t, before, hostTree(t, root), "--dry-run writes nothing")
+	assert.Equal(t, before, durabletest.Tree(t, root), "--dry-run writes nothing")
 
 	res = pullguard(t, "install", "--host-root", root)
 	require.Equal(t, 0, res.code, res.stderr)
 	assert.Contains(t, res.stdout, "installed; `pullguard uninstall` gives the node back")
 	assert.Contains(t, res.stdout, "next: systemctl daemon-reload && systemctl enable --now pullguard.service")
-	installed := hostTree(t, root)
+	installed := durabletest.Tree(t, root)
 	assert.Equal(t, before["var/lib/kubelet/config.yaml"], installed["var/lib/kubelet/config.yaml"], "config.yaml untouched: kubeadm upgrade rewrites it")
 
 	res = pullguard(t, "install", "--host-root", root)
@@ -79,16 +58,16 @@ func TestInstallCommand(t *testing.T) {
 	assert.Contains(t, res.stdout, "pullguard is installed: nothing to change")
 	assert.NotContains(t, res.stdout, "create ")
 	assert.NotContains(t, res.stdout, "modify ")
-	assert.Equal(t, installed, hostTree(t, root))
+	assert.Equal(t, installed, durabletest.Tree(t, root))
 
 	res = pullguard(t, "uninstall", "--host-root", root, "--dry-run")
 	require.Equal(t, 0, res.code, res.stderr)
 	goldenFile(t, "uninstall-dry-run-kubeadm.txt", res.stdout)
-	assert.Equal(t, installed, hostTree(t, root), "--dry-run writes nothing")
+	assert.Equal(t, installed, durabletest.Tree(t, root), "--dry-run writes nothing")
 
 	res = pullguard(t, "uninstall", "--host-root", root)
 	require.Equal(t, 0, res.code, res.stderr)
-	assert.Equal(t, before, hostTree(t, root), "the node back byte for byte")
+	assert.Equal(t, before, durabletest.Tree(t, root), "the node back byte for byte")
 
 	res = pullguard(t, "uninstall", "--host-root", root)
 	require.Equal(t, 0, res.code, res.stderr)
@@ -103,10 +82,10 @@ func TestInstallCommandRefuses(t *testing.T) {
 	data, err := os.ReadFile(cfg)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(cfg, []byte(strings.Replace(string(data), "clusterDomain: cluster.local", "clusterDomain: [cluster.local", 1)), 0o644))
-	before := hostTree(t, root)
+	before := durabletest.Tree(t, root)
 
 	res := pullguard(t, "install", "--host-root", root)
 	assert.Equal(t, 1, res.code)
 	assert.Contains(t, res.stderr, "refused: /var/lib/kubelet/config.yaml:")
-	assert.Equal(t, before, hostTree(t, root), "nothing written")
+	assert.Equal(t, before, durabletest.Tree(t, root), "nothing written")
 }

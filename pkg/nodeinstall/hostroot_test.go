@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pullguard/pullguard/internal/durable/durabletest"
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
@@ -32,7 +33,7 @@ func TestInstallStaysUnderHostRoot(t *testing.T) {
 	require.NoError(t, os.WriteFile(flags+".real", data, 0o644))
 	require.NoError(t, os.Remove(flags))
 	require.NoError(t, os.Symlink("/etc/default/kubelet.real", flags))
-	before := tree(t, root)
+	before := durabletest.Tree(t, root)
 
 	o := nodeinstall.Options{Root: root, KubeletVersion: version("v1.33.4")}
 	p, err := nodeinstall.PlanInstall(o)
@@ -58,7 +59,7 @@ func TestInstallStaysUnderHostRoot(t *testing.T) {
 	entries, err = os.ReadDir(outside)
 	require.NoError(t, err)
 	assert.Empty(t, entries, "uninstall wrote outside the host root")
-	assert.Equal(t, before, tree(t, root), "the tree after uninstall")
+	assert.Equal(t, before, durabletest.Tree(t, root), "the tree after uninstall")
 }
 
 // TestReinstallAfterARewrite: kubeadm upgrade rewrites the kubelet's
@@ -124,12 +125,12 @@ func TestInstallFailingHalfWayGivesBack(t *testing.T) {
 			require.True(t, p.Changed())
 			require.NoError(t, os.MkdirAll(filepath.Dir(blocker), 0o755))
 			require.NoError(t, os.WriteFile(blocker, []byte("in the way\n"), 0o644))
-			before := tree(t, root)
+			before := durabletest.Tree(t, root)
 
 			_, err = nodeinstall.Install(o, p)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), nodeinstall.ServeDropIn)
-			assert.Equal(t, before, tree(t, root), "the tree after the failed install")
+			assert.Equal(t, before, durabletest.Tree(t, root), "the tree after the failed install")
 		})
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,34 +28,6 @@ func node(t *testing.T, layout string) string {
 	root := t.TempDir()
 	require.NoError(t, os.CopyFS(root, os.DirFS(filepath.Join("testdata", layout))))
 	return root
-}
-
-// tree is every file (its mode and bytes), symbolic link (its target) and
-// directory under root.
-func tree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		require.NoError(t, err)
-		rel, _ := filepath.Rel(root, p)
-		info, err := d.Info()
-		require.NoError(t, err)
-		if d.IsDir() {
-			out[rel+"/"] = info.Mode().String()
-			return nil
-		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			target, err := os.Readlink(p)
-			require.NoError(t, err)
-			out[rel] = "-> " + target
-			return nil
-		}
-		data, err := os.ReadFile(p)
-		require.NoError(t, err)
-		out[rel] = info.Mode().String() + " " + string(data)
-		return nil
-	}))
-	return out
 }
 
 func version(v string) func(string) (string, error) {
@@ -200,7 +171,7 @@ func TestInstallUninstall(t *testing.T) {
 				tt.setup(t, root)
 			}
 			o := nodeinstall.Options{Root: root, KubeletVersion: version(tt.version)}
-			before := tree(t, root)
+			before := durabletest.Tree(t, root)
 
 			p, err := nodeinstall.PlanInstall(o)
 			require.NoError(t, err)
@@ -211,11 +182,11 @@ func TestInstallUninstall(t *testing.T) {
 			}
 			nodeinstall.Print(&out, p.Changes)
 			golden(t, "install-"+slug(tt.name), out.String())
-			assert.Equal(t, before, tree(t, root), "planning writes nothing")
+			assert.Equal(t, before, durabletest.Tree(t, root), "planning writes nothing")
 
 			_, err = nodeinstall.Install(o, p)
 			require.NoError(t, err)
-			after := tree(t, root)
+			after := durabletest.Tree(t, root)
 			for _, f := range tt.untouched {
 				assert.Equal(t, before[f], after[f], "%s untouched", f)
 			}
@@ -252,13 +223,13 @@ func TestInstallUninstall(t *testing.T) {
 			_, err = nodeinstall.Install(o, p2)
 			require.NoError(t, err)
 			assert.Empty(t, rec.Ops(), "a second install writes nothing")
-			assert.Equal(t, after, tree(t, root))
+			assert.Equal(t, after, durabletest.Tree(t, root))
 
 			u, err := nodeinstall.PlanUninstall(o, false)
 			require.NoError(t, err)
 			assert.False(t, u.Kept())
 			require.NoError(t, nodeinstall.Uninstall(o, u))
-			assert.Equal(t, before, tree(t, root), "uninstall gives the node back byte for byte, and leaves nothing")
+			assert.Equal(t, before, durabletest.Tree(t, root), "uninstall gives the node back byte for byte, and leaves nothing")
 
 			_, err = nodeinstall.PlanUninstall(o, false)
 			assert.ErrorIs(t, err, nodeinstall.ErrNotInstalled)
@@ -348,11 +319,11 @@ func TestInstallRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := node(t, tt.layout)
 			tt.setup(t, root)
-			before := tree(t, root)
+			before := durabletest.Tree(t, root)
 			_, err := nodeinstall.PlanInstall(nodeinstall.Options{Root: root, KubeletVersion: version("v1.33.0")})
 			require.ErrorIs(t, err, nodeinstall.ErrRefused)
 			assert.Contains(t, err.Error(), tt.want)
-			assert.Equal(t, before, tree(t, root), "nothing written")
+			assert.Equal(t, before, durabletest.Tree(t, root), "nothing written")
 		})
 	}
 }
@@ -414,7 +385,7 @@ func TestInstallCrash(t *testing.T) {
 		Setup: func(t *testing.T, dir string) {
 			require.NoError(t, os.CopyFS(dir, os.DirFS("testdata/kubeadm")))
 			if len(want) == 0 {
-				for k, v := range tree(t, dir) {
+				for k, v := range durabletest.Tree(t, dir) {
 					want[k] = v
 				}
 			}
@@ -429,7 +400,7 @@ func TestInstallCrash(t *testing.T) {
 			return err
 		},
 		Check: func(t *testing.T, dir string, o durabletest.Outcome) {
-			got := tree(t, dir)
+			got := durabletest.Tree(t, dir)
 			for f, v := range want {
 				if strings.HasSuffix(f, "/") {
 					continue
@@ -453,7 +424,7 @@ func TestInstallCrash(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, u.Kept(), "%s", o)
 			require.NoError(t, nodeinstall.Uninstall(opts, u))
-			after := tree(t, dir)
+			after := durabletest.Tree(t, dir)
 			for f, v := range after {
 				if durableTemp(f) {
 					continue
