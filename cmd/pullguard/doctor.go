@@ -60,7 +60,8 @@ type doctorOptions struct {
 	// clock paces --wait.
 	clock waitClock
 	// hostRoot is the node's root directory, "" for "/": where doctor
-	// looks for serve's unit when not given one (install --host-root).
+	// looks for the kubelet's unit, serve's unit when not given one, and
+	// the node's docker credentials files (--host-root, install's).
 	hostRoot string
 }
 
@@ -132,6 +133,7 @@ problem; --wait checks again until none is, for bootstrap scripts.`,
 	f.DurationVar(&o.timeout, "timeout", 3*time.Second, "how long to wait for each answer of serve, the runtime and the API server")
 	f.DurationVar(&o.wait, "wait", 0, "check again every 2s until no finding is a problem or this long has passed (for bootstrap scripts); the exit status tells which")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.hostRoot, "host-root", "", "the node's root file system (from a container: where the host's / is mounted): the kubelet's and serve's units and the node's docker credentials files are read under it; default /")
 	return cmd
 }
 

@@ -42,9 +42,11 @@ func (k *Kubelet) environment(root string, userFrom Flag, workDir string) error 
 	return nil
 }
 
-// passwdHome returns the home directory of user (a name or a uid) in the
-// host's /etc/passwd under root. root (uid 0) has /root when the file does
-// not name it, as systemd's fallback.
+// UserHome returns the home directory systemd gives a unit's User=: that
+// of user (a name or a uid) in the host's /etc/passwd under root; root
+// (uid 0) has /root when the file does not name it, as systemd's fallback.
+func UserHome(root, user string) (string, error) { return passwdHome(root, user) }
+
 func passwdHome(root, user string) (string, error) {
 	const file = "/etc/passwd"
 	data, err := os.ReadFile(hostPath(root, file))
