@@ -405,7 +405,9 @@ func TestDoctorGolden(t *testing.T) {
 			// kubeadm's kubelet has no HOME: it never reads
 			// /root/.docker/config.json, nor does serve without User=.
 			name: "kubelet without HOME, /root/.docker/config.json present", golden: "doctor-home-kubeadm.txt",
-			layout:   with(func(l *doctorLayout) { l.host = map[string]string{kubeletUnitPath: kubeletKubeadm, "root/.docker/config.json": dockerConfig} }),
+			layout: with(func(l *doctorLayout) {
+				l.host = map[string]string{kubeletUnitPath: kubeletKubeadm, "root/.docker/config.json": dockerConfig}
+			}),
 			wantCode: 0,
 		},
 		{
