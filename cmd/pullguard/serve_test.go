@@ -219,23 +219,7 @@ func TestServeNodeCredentials(t *testing.T) {
 	}
 	require.Equal(t, 0, d.stop(t))
 	assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
-	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
-	require.Equal(t, 0, recs.code, recs.stderr)
-	var doc struct {
-		Records []struct {
-			Repositories []struct {
-				Name           string `json:"name"`
-				NodeAccessible bool   `json:"nodeAccessible"`
-			} `json:"repositories"`
-		} `json:"records"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(recs.stdout), &doc))
-	free := map[string]bool{}
-	for _, r := range doc.Records {
-		for _, rr := range r.Repositories {
-			free[rr.Name] = rr.NodeAccessible
-		}
-	}
+	free := nodeAccessible(t, d.root)
 	assert.True(t, free[w.reg.Host()+"/team-a/app"], "the node's credential pulled team-a/app: node-accessible")
 	assert.False(t, free[w.reg.Host()+"/public/tool"], "carol's own secret pulled public/tool: her entry, not the node's")
 }
@@ -286,29 +270,36 @@ func TestServeNodeCredentialsHome(t *testing.T) {
 			require.Equal(t, 0, d.stop(t))
 			assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
 
-			recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
-			require.Equal(t, 0, recs.code, recs.stderr)
-			var doc struct {
-				Records []struct {
-					Repositories []struct {
-						Name           string `json:"name"`
-						NodeAccessible bool   `json:"nodeAccessible"`
-					} `json:"repositories"`
-				} `json:"records"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(recs.stdout), &doc))
-			free, seen := false, false
-			for _, r := range doc.Records {
-				for _, rr := range r.Repositories {
-					if rr.Name == w.reg.Host()+"/team-a/app" {
-						seen, free = true, free || rr.NodeAccessible
-					}
-				}
-			}
+			free, seen := nodeAccessible(t, d.root)[w.reg.Host()+"/team-a/app"]
 			require.True(t, seen, "team-a/app was pulled and recorded")
 			assert.Equal(t, tt.nodeFree, free, "team-a/app node-accessible")
 		})
 	}
+}
+
+// nodeAccessible reads the records of serve's store at root
+// (`pullguard records`): each recorded repository, and whether a record
+// of it is node-accessible.
+func nodeAccessible(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	recs := pullguard(t, "records", "--root-dir", root, "-o", "json")
+	require.Equal(t, 0, recs.code, recs.stderr)
+	var doc struct {
+		Records []struct {
+			Repositories []struct {
+				Name           string `json:"name"`
+				NodeAccessible bool   `json:"nodeAccessible"`
+			} `json:"repositories"`
+		} `json:"records"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(recs.stdout), &doc))
+	free := map[string]bool{}
+	for _, r := range doc.Records {
+		for _, rr := range r.Repositories {
+			free[rr.Name] = free[rr.Name] || rr.NodeAccessible
+		}
+	}
+	return free
 }
 
 func TestServeSingleInstanceAndStaleSocket(t *testing.T) {
