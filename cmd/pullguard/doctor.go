@@ -84,7 +84,9 @@ each finding with the file and line or flag to change:
     with its KubeletEnsureSecretPulledImages gate off makes it refuse to start);
   - serve has the kubelet's --image-credential-provider-config and
     --image-credential-provider-bin-dir, no more, no other;
-  - serve's sandbox (ProtectHome, InaccessiblePaths, TemporaryFileSystem) does not
+  - serve searches the node's docker credentials with the kubelet's HOME and working
+    directory (read from both units: Environment=HOME=, User=, WorkingDirectory=),
+    and its sandbox (ProtectHome, InaccessiblePaths, TemporaryFileSystem) does not
     hide the node credentials file the kubelet reads;
   - serve's record store can be read, or is held by the running serve.
 
