@@ -60,7 +60,8 @@ type doctorOptions struct {
 	// clock paces --wait.
 	clock waitClock
 	// hostRoot is the node's root directory, "" for "/": where doctor
-	// looks for serve's unit when not given one (install --host-root).
+	// looks for the kubelet's unit, serve's unit when not given one, and
+	// the node's docker credentials files (--host-root, install's).
 	hostRoot string
 }
 
@@ -83,7 +84,9 @@ each finding with the file and line or flag to change:
     with its KubeletEnsureSecretPulledImages gate off makes it refuse to start);
   - serve has the kubelet's --image-credential-provider-config and
     --image-credential-provider-bin-dir, no more, no other;
-  - serve's sandbox (ProtectHome, InaccessiblePaths, TemporaryFileSystem) does not
+  - serve searches the node's docker credentials with the kubelet's HOME and working
+    directory (read from both units: Environment=HOME=, User=, WorkingDirectory=),
+    and its sandbox (ProtectHome, InaccessiblePaths, TemporaryFileSystem) does not
     hide the node credentials file the kubelet reads;
   - serve's record store can be read, or is held by the running serve.
 
@@ -132,6 +135,7 @@ problem; --wait checks again until none is, for bootstrap scripts.`,
 	f.DurationVar(&o.timeout, "timeout", 3*time.Second, "how long to wait for each answer of serve, the runtime and the API server")
 	f.DurationVar(&o.wait, "wait", 0, "check again every 2s until no finding is a problem or this long has passed (for bootstrap scripts); the exit status tells which")
 	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.StringVar(&o.hostRoot, "host-root", "", "the node's root file system (from a container: where the host's / is mounted): the kubelet's and serve's units and the node's docker credentials files are read under it; default /")
 	return cmd
 }
 

@@ -45,6 +45,9 @@ type kubeletView struct {
 	flags   map[string]kubeletFlag
 	// files is the configuration of its files, when cfg is its /configz.
 	files *kubeletconfig.KubeletConfiguration
+	// env is its HOME and working directory, where it searches the
+	// node's docker credentials.
+	env procEnv
 }
 
 // fix names where to set a setting: the flags file line that gives flag,
@@ -117,7 +120,7 @@ func (o *doctorOptions) check(ctx context.Context) doctorDoc {
 	if unit != nil {
 		runtime = unit.flags["image-service-endpoint"]
 		if k != nil {
-			checkServeFlags(k, unit, add)
+			checkServeFlags(k, unit, o.hostRoot, add)
 		}
 	}
 	runtimeUp := o.checkRuntime(ctx, runtime, add)
@@ -136,7 +139,7 @@ func (o *doctorOptions) readKubelet(ctx context.Context, add func(severity, chec
 	if err != nil {
 		return nil, err
 	}
-	k := &kubeletView{path: o.kubeletConfig, dir: o.kubeletConfigDir, flags: flags}
+	k := &kubeletView{path: o.kubeletConfig, dir: o.kubeletConfigDir, flags: flags, env: o.kubeletEnv()}
 	if f, ok := flags["config"]; ok && !o.set["kubelet-config"] {
 		k.path = filepath.Join(firstNonEmpty(o.hostRoot, "/"), f.value)
 	}

@@ -56,10 +56,10 @@ func (o *doctorOptions) serveTargets(u *serveUnit) serveTargets {
 // checkServeFlags compares serve's unit with the kubelet: the runtime
 // serve forwards to, the credential-provider flags, and the node's
 // credential files the unit's sandbox hides from serve.
-func checkServeFlags(k *kubeletView, u *serveUnit, add func(severity, check, what, fix string)) {
+func checkServeFlags(k *kubeletView, u *serveUnit, hostRoot string, add func(severity, check, what, fix string)) {
 	checkRuntimeEndpoint(k, u, add)
 	checkCredentialProviders(k, u, add)
-	checkNodeCredentials(k, u, add)
+	checkNodeCredentials(k, u, hostRoot, add)
 }
 
 func checkRuntimeEndpoint(k *kubeletView, u *serveUnit, add func(severity, check, what, fix string)) {
@@ -114,58 +114,72 @@ func checkCredentialProviders(k *kubeletView, u *serveUnit, add func(severity, c
 	add(severityOK, "credential-providers", "neither serve nor the kubelet uses credential-provider plugins", "")
 }
 
-// kubeletNodeCredentialFiles are the files the kubelet searches for the
-// node's docker credentials, in its order (keyring.DefaultNodeConfigFiles),
-// for a kubelet started by systemd: its working directory is /, its $HOME
-// doctor's own (root's, under sudo).
-func kubeletNodeCredentialFiles(rootDir, home string) []string {
-	var files []string
-	seen := map[string]bool{}
-	add := func(dir, name string) {
-		f := filepath.Join(dir, name)
-		if !seen[f] {
-			seen[f] = true
-			files = append(files, f)
-		}
-	}
-	for _, d := range []string{rootDir, "/", filepath.Join(home, ".docker"), "/.docker"} {
-		add(d, keyring.ConfigJSONFile)
-	}
-	for _, d := range []string{rootDir, "/", home, "/"} {
-		add(d, keyring.DockercfgFile)
-	}
-	return files
-}
-
 // checkNodeCredentials finds the node credential file the kubelet reads
-// (the first one present in its search) and tells whether serve's sandbox
-// hides it: serve then files images pulled with it as a pod's.
-func checkNodeCredentials(k *kubeletView, u *serveUnit, add func(severity, check, what, fix string)) {
+// (the first one present in its search, with its HOME and working
+// directory), tells whether serve, with its own HOME and working directory,
+// reads another one, and whether serve's sandbox hides it: serve then files
+// images pulled with it as a pod's. Paths are the node's, read under
+// hostRoot.
+func checkNodeCredentials(k *kubeletView, u *serveUnit, hostRoot string, add func(severity, check, what, fix string)) {
 	rootDir := "/var/lib/kubelet"
 	if f, ok := k.flags["root-dir"]; ok && f.value != "" {
 		rootDir = f.value
 	}
-	home, _ := os.UserHomeDir()
-	homes := []string{"/root", "/home", "/run/user"}
-	if home != "" {
-		homes = append(homes, home)
+	exists := func(f string) bool {
+		_, err := os.Stat(filepath.Join(firstNonEmpty(hostRoot, "/"), f))
+		return err == nil
 	}
-	for _, f := range kubeletNodeCredentialFiles(rootDir, home) {
-		if _, err := os.Stat(f); err != nil {
-			continue
+	first := func(env procEnv) string {
+		for _, f := range keyring.NodeConfigFiles(rootDir, env.home, env.workDir) {
+			if exists(f) {
+				return f
+			}
 		}
-		if by, fix, hidden := u.hides(f, homes); hidden {
-			add(severityProblem, "node-credentials", fmt.Sprintf("the kubelet reads the node's credentials from %s, which serve's sandbox hides (%s): images pulled with them are filed as a pod's", f, by),
-				fix+", then systemctl daemon-reload && systemctl restart pullguard")
-			return
-		}
-		if filepath.Clean(rootDir) != filepath.Clean(u.flags["kubelet-root-dir"]) && under(f, rootDir) {
-			add(severityProblem, "node-credentials", fmt.Sprintf("the kubelet reads the node's credentials from %s, under its --root-dir, which serve's --kubelet-root-dir (%s) is not", f, u.flags["kubelet-root-dir"]),
-				fmt.Sprintf("%s: add `--kubelet-root-dir %s` to ExecStart", u.exec.where(), rootDir))
-			return
-		}
-		add(severityOK, "node-credentials", fmt.Sprintf("serve can read the node's credentials the kubelet reads, %s", f), "")
+		return ""
+	}
+	kenv := k.env
+	kf := first(kenv)
+	senv, err := u.environment(hostRoot)
+	if err != nil {
+		add(severityProblem, "node-credentials", fmt.Sprintf("serve's HOME: %v", err), "")
 		return
 	}
-	add(severityOK, "node-credentials", "the node has no docker credentials file (config.json, .dockercfg) in the kubelet's search", "")
+	if sf := first(senv); sf != kf && (senv.home != kenv.home || senv.workDir != kenv.workDir) {
+		what := fmt.Sprintf("serve searches the node's docker credentials with %s, the kubelet with %s: ", senv.describe(), kenv.describe())
+		if sf != "" {
+			what += fmt.Sprintf("serve takes %s for the node's credentials", sf)
+			if kf == "" {
+				what += ", the kubelet reads none: a pod whose pull secret is that account's gets its images filed as every pod's"
+			} else {
+				what += fmt.Sprintf(", the kubelet reads %s", kf)
+			}
+		} else {
+			what += fmt.Sprintf("the kubelet reads the node's credentials from %s, serve finds none: images pulled with them are filed as a pod's", kf)
+		}
+		add(severityProblem, "node-credentials", what, senv.fix(kenv, u))
+		return
+	}
+	if kf == "" {
+		what := "the node has no docker credentials file (config.json, .dockercfg) in the kubelet's search"
+		if kenv.home == "" && exists("/root/.docker/config.json") {
+			what = "the kubelet does not read /root/.docker/config.json: it has no HOME (" + kenv.from + "); no other docker credentials file is in its search"
+		}
+		add(severityOK, "node-credentials", what, "")
+		return
+	}
+	homes := []string{"/root", "/home", "/run/user"}
+	if kenv.home != "" {
+		homes = append(homes, kenv.home)
+	}
+	if by, fix, hidden := u.hides(kf, homes); hidden {
+		add(severityProblem, "node-credentials", fmt.Sprintf("the kubelet reads the node's credentials from %s, which serve's sandbox hides (%s): images pulled with them are filed as a pod's", kf, by),
+			fix+", then systemctl daemon-reload && systemctl restart pullguard")
+		return
+	}
+	if filepath.Clean(rootDir) != filepath.Clean(u.flags["kubelet-root-dir"]) && under(kf, rootDir) {
+		add(severityProblem, "node-credentials", fmt.Sprintf("the kubelet reads the node's credentials from %s, under its --root-dir, which serve's --kubelet-root-dir (%s) is not", kf, u.flags["kubelet-root-dir"]),
+			fmt.Sprintf("%s: add `--kubelet-root-dir %s` to ExecStart", u.exec.where(), rootDir))
+		return
+	}
+	add(severityOK, "node-credentials", fmt.Sprintf("serve can read the node's credentials the kubelet reads, %s", kf), "")
 }

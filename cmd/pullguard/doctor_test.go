@@ -56,6 +56,16 @@ ProtectHome=read-only
 `
 )
 
+// Files of the host root for the node-credentials checks: the kubelet's
+// unit as kubeadm's package gives it (no User=, no HOME), one with
+// User=root, and install's drop-in of serve for that one.
+const (
+	kubeletUnitPath = "usr/lib/systemd/system/kubelet.service"
+	kubeletKubeadm  = "[Service]\nExecStart=/usr/bin/kubelet $KUBELET_KUBEADM_ARGS\n"
+	kubeletUserRoot = kubeletKubeadm + "User=root\n"
+	serveHomeRoot   = "[Service]\nEnvironment=HOME=/root\n"
+)
+
 // doctorLayout is a node for doctor. In every file, SERVE stands for the
 // fake serve's socket, RUNTIME for the fake runtime's, HEALTHZ for serve's
 // /healthz address and NODE for the node's directory.
@@ -69,6 +79,9 @@ type doctorLayout struct {
 	unitDropins map[string]string
 	// files are other files of the node, by path under NODE.
 	files map[string]string
+	// host, when set, are files of the node's root file system, NODE/host,
+	// given to doctor as --host-root (the kubelet's unit, /root/.docker).
+	host map[string]string
 	// healthz is /healthz's body; healthzCode its status (200 if 0).
 	healthz     string
 	healthzCode int
@@ -100,6 +113,7 @@ type doctorNode struct {
 	apiServer, kubeconfig                   string
 	kubeletConfig, kubeadmFlags, extraFlags string
 	unit                                    string
+	hostRoot                                string
 }
 
 // newDoctorNode writes the layout's files and starts its fakes, stopped at
@@ -149,6 +163,12 @@ func newDoctorNode(t *testing.T, l doctorLayout) *doctorNode {
 	for name, data := range l.files {
 		write(name, data)
 	}
+	for name, data := range l.host {
+		write(filepath.Join("host", name), data)
+	}
+	if l.host != nil {
+		n.hostRoot = filepath.Join(n.dir, "host")
+	}
 	if l.configz != "" || l.configzHang {
 		n.startAPIServer(t, l.configz, l.configzCode, l.configzHang)
 	}
@@ -197,8 +217,8 @@ current-context: c
 	require.NoError(t, os.WriteFile(n.kubeconfig, []byte(kc), 0o600))
 }
 
-// doctor runs doctor on the node, with HOME at NODE/home/root (the
-// kubelet's $HOME, as doctor takes it).
+// doctor runs doctor on the node, with HOME at NODE/home/root: doctor's
+// own HOME, which is not the kubelet's.
 func (n *doctorNode) doctor(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	all := []string{"doctor", "--kubelet-config", n.kubeletConfig,
@@ -206,6 +226,9 @@ func (n *doctorNode) doctor(t *testing.T, args ...string) cliResult {
 		"--serve-socket", n.socket, "--serve-metrics-address", n.healthz, "--root-dir", n.root}
 	if n.kubeconfig != "" {
 		all = append(all, "--kubeconfig", n.kubeconfig, "--node-name", "node-a")
+	}
+	if n.hostRoot != "" {
+		all = append(all, "--host-root", n.hostRoot)
 	}
 	return pullguardEnv(t, []string{"HOME=" + filepath.Join(n.dir, "home", "root")}, nil, append(all, args...)...)
 }
@@ -357,7 +380,8 @@ func TestDoctorGolden(t *testing.T) {
 			name: "node credentials hidden by ProtectHome", golden: "doctor-sandbox-home.txt",
 			layout: with(func(l *doctorLayout) {
 				l.unit = strings.Replace(goodUnit, "ProtectHome=read-only", "ProtectHome=true", 1)
-				l.files = map[string]string{"home/root/.docker/config.json": dockerConfig}
+				l.unitDropins = map[string]string{"20-kubelet.conf": serveHomeRoot}
+				l.host = map[string]string{kubeletUnitPath: kubeletUserRoot, "root/.docker/config.json": dockerConfig}
 			}),
 			wantCode: 1,
 		},
@@ -371,8 +395,35 @@ func TestDoctorGolden(t *testing.T) {
 		},
 		{
 			name: "node credentials readable", golden: "doctor-sandbox-readable.txt",
-			layout:   with(func(l *doctorLayout) { l.files = map[string]string{"home/root/.docker/config.json": dockerConfig} }),
+			layout: with(func(l *doctorLayout) {
+				l.unitDropins = map[string]string{"20-kubelet.conf": serveHomeRoot}
+				l.host = map[string]string{kubeletUnitPath: kubeletUserRoot, "root/.docker/config.json": dockerConfig}
+			}),
 			wantCode: 0,
+		},
+		{
+			// kubeadm's kubelet has no HOME: it never reads
+			// /root/.docker/config.json, nor does serve without User=.
+			name: "kubelet without HOME, /root/.docker/config.json present", golden: "doctor-home-kubeadm.txt",
+			layout: with(func(l *doctorLayout) {
+				l.host = map[string]string{kubeletUnitPath: kubeletKubeadm, "root/.docker/config.json": dockerConfig}
+			}),
+			wantCode: 0,
+		},
+		{
+			name: "serve with HOME=/root, the kubelet without", golden: "doctor-home-serve-root.txt",
+			layout: with(func(l *doctorLayout) {
+				l.unitDropins = map[string]string{"10-user.conf": "[Service]\nUser=root\n"}
+				l.host = map[string]string{kubeletUnitPath: kubeletKubeadm, "root/.docker/config.json": dockerConfig, "etc/passwd": "root:x:0:0:root:/root:/bin/bash\n"}
+			}),
+			wantCode: 1,
+		},
+		{
+			name: "the kubelet with Environment=HOME=/srv/k, serve without", golden: "doctor-home-kubelet-srv.txt",
+			layout: with(func(l *doctorLayout) {
+				l.host = map[string]string{kubeletUnitPath: kubeletKubeadm + "Environment=HOME=/srv/k\n", "srv/k/.docker/config.json": dockerConfig}
+			}),
+			wantCode: 1,
 		},
 		{
 			name: "containerd down", golden: "doctor-runtime-down.txt",

@@ -130,3 +130,18 @@ func TestFindServeUnitUnderARoot(t *testing.T) {
 	none, _ := findServeUnit(t.TempDir(), "")
 	assert.Empty(t, none)
 }
+
+// TestShippedUnitHasNoHome: the package's pullguard.service gives serve no
+// HOME (no User=, no Environment=HOME=) and the working directory /, as
+// systemd starts kubeadm's kubelet: serve searches the node's docker
+// credentials where that kubelet does.
+func TestShippedUnitHasNoHome(t *testing.T) {
+	u, err := readServeUnit(filepath.Join("..", "..", "deploy", "systemd", "pullguard.service"), nil)
+	require.NoError(t, err)
+	env, err := u.environment(t.TempDir())
+	require.NoError(t, err)
+	assert.Empty(t, env.home, "serve's HOME")
+	assert.Equal(t, "/", env.workDir)
+	_, hasUser := u.last("User")
+	assert.False(t, hasUser, "User= gives serve its user's HOME")
+}

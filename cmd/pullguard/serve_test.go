@@ -72,10 +72,18 @@ var metricsAddr = regexp.MustCompile(`"Serving /metrics and /healthz".*address="
 // end of the test if it still runs.
 func startServe(t *testing.T, socket, root string, args ...string) *daemon {
 	t.Helper()
+	return startServeEnv(t, nil, "", socket, root, args...)
+}
+
+// startServeEnv is startServe with the environment env (nil: the test's)
+// in the working directory dir ("": the test's).
+func startServeEnv(t *testing.T, env []string, dir, socket, root string, args ...string) *daemon {
+	t.Helper()
 	d := &daemon{socket: socket, root: root, out: &lockedBuffer{ch: make(chan struct{}, 1)}, done: make(chan struct{})}
 	all := append([]string{"serve", "--listen", "unix://" + socket, "--root-dir", root, "--metrics-bind-address", "127.0.0.1:0", "--kubelet-root-dir", filepath.Join(root, "no-kubelet"),
 		"--admin-socket", filepath.Join(filepath.Dir(socket), "admin.sock"), "-v=2"}, args...)
 	d.cmd = exec.Command(binary, all...)
+	d.cmd.Env, d.cmd.Dir = env, dir
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	require.NoError(t, d.cmd.Start())
 	go func() { _ = d.cmd.Wait(); close(d.done) }()
@@ -211,7 +219,70 @@ func TestServeNodeCredentials(t *testing.T) {
 	}
 	require.Equal(t, 0, d.stop(t))
 	assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
-	recs := pullguard(t, "records", "--root-dir", d.root, "-o", "json")
+	free := nodeAccessible(t, d.root)
+	assert.True(t, free[w.reg.Host()+"/team-a/app"], "the node's credential pulled team-a/app: node-accessible")
+	assert.False(t, free[w.reg.Host()+"/public/tool"], "carol's own secret pulled public/tool: her entry, not the node's")
+}
+
+// TestServeNodeCredentialsHome: alice's account is in a docker config at
+// HOME/.docker/config.json, and the kubelet, started by systemd without
+// User= (kubeadm's unit), has no HOME: it never reads that file, and
+// alice's pull secret pulls team-a/app for her pod alone. serve started
+// the same way (no HOME, as pullguard.service) must not take the file for
+// the node's: team-a/app stays hers, and tenant B's pods must verify.
+// Given that HOME, serve would file the pull as node-accessible: the case
+// the test tells apart.
+func TestServeNodeCredentialsHome(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		home     bool
+		nodeFree bool
+	}{
+		{name: "serve without HOME, as the kubelet", home: false, nodeFree: false},
+		{name: "serve with a HOME the kubelet does not have", home: true, nodeFree: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			dir := shortDir(t)
+			home, wd, kubeletRoot := filepath.Join(dir, "home"), filepath.Join(dir, "wd"), filepath.Join(dir, "kubelet")
+			for _, d := range []string{filepath.Join(home, ".docker"), wd, kubeletRoot} {
+				require.NoError(t, os.MkdirAll(d, 0o700))
+			}
+			auth := base64.StdEncoding.EncodeToString([]byte("alice:" + passwords["alice"]))
+			require.NoError(t, os.WriteFile(filepath.Join(home, ".docker", "config.json"), []byte(`{"auths":{"`+w.reg.Host()+`":{"auth":"`+auth+`"}}}`), 0o600))
+
+			var env []string
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "HOME=") {
+					env = append(env, kv)
+				}
+			}
+			if tt.home {
+				env = append(env, "HOME="+home)
+			}
+			d := startServeEnv(t, env, wd, filepath.Join(dir, "pg.sock"), filepath.Join(dir, "root"), "--image-service-endpoint", "embedded", "--kubelet-root-dir", kubeletRoot)
+
+			// The kubelet: no HOME, so no node credential; alice's pod
+			// pulls with her secret.
+			res := pullguardEnv(t, []string{"HOME="}, nil, "run", "-f", w.manifest("tenants.yaml"), "--root-dir", kubeletRoot,
+				"--image-service-endpoint", "unix://"+d.socket, "--feature-gates", "KubeletEnsureSecretPulledImages=false", "-o", "json")
+			require.Contains(t, []int{0, 1}, res.code, res.stderr)
+			require.Equal(t, 0, d.stop(t))
+			assert.NotContains(t, d.out.String(), auth, "the docker config's auth was logged")
+
+			free, seen := nodeAccessible(t, d.root)[w.reg.Host()+"/team-a/app"]
+			require.True(t, seen, "team-a/app was pulled and recorded")
+			assert.Equal(t, tt.nodeFree, free, "team-a/app node-accessible")
+		})
+	}
+}
+
+// nodeAccessible reads the records of serve's store at root
+// (`pullguard records`): each recorded repository, and whether a record
+// of it is node-accessible.
+func nodeAccessible(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	recs := pullguard(t, "records", "--root-dir", root, "-o", "json")
 	require.Equal(t, 0, recs.code, recs.stderr)
 	var doc struct {
 		Records []struct {
@@ -225,11 +296,10 @@ func TestServeNodeCredentials(t *testing.T) {
 	free := map[string]bool{}
 	for _, r := range doc.Records {
 		for _, rr := range r.Repositories {
-			free[rr.Name] = rr.NodeAccessible
+			free[rr.Name] = free[rr.Name] || rr.NodeAccessible
 		}
 	}
-	assert.True(t, free[w.reg.Host()+"/team-a/app"], "the node's credential pulled team-a/app: node-accessible")
-	assert.False(t, free[w.reg.Host()+"/public/tool"], "carol's own secret pulled public/tool: her entry, not the node's")
+	return free
 }
 
 func TestServeSingleInstanceAndStaleSocket(t *testing.T) {

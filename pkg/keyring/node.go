@@ -24,31 +24,50 @@ const (
 // maxConfigFileSize bounds how much of a node config file is read.
 const maxConfigFileSize = 10 << 20
 
-// DefaultNodeConfigFiles returns the files the kubelet searches for the
-// node's docker credentials, in its order (ReadDockerConfigFile in
+// DefaultNodeConfigFiles returns the files this process would search for
+// the node's docker credentials if it were the kubelet: NodeConfigFiles
+// with its own $HOME and working directory, read at the call (the kubelet
+// reads $HOME once at start). The kubelet's search is that of the
+// kubelet's environment: serve is given the kubelet's HOME and working
+// directory by its unit (pullguard install), and code that reads for
+// another process uses NodeConfigFiles with that process's.
+func DefaultNodeConfigFiles(rootDir string) []string {
+	home, _ := os.UserHomeDir() // "" when HOME is unset, as the kubelet's homeDirPath
+	wd, _ := os.Getwd()         // "" when there is none: relative paths are left out
+	return NodeConfigFiles(rootDir, home, wd)
+}
+
+// NodeConfigFiles returns the files a kubelet with the root directory
+// rootDir, the $HOME home and the working directory workDir searches for
+// the node's docker credentials, in its order (ReadDockerConfigFile in
 // k8s.io/kubernetes pkg/credentialprovider, with the kubelet's root
 // directory as its preferred path): config.json in rootDir, in the working
 // directory, in $HOME/.docker and in /.docker; then .dockercfg in rootDir,
 // the working directory, $HOME and /.
 //
 // As in the kubelet, each directory is joined with the file name and made
-// absolute with filepath.Abs: an empty rootDir is the working directory,
-// and so is an empty $HOME (os.UserHomeDir fails when HOME is unset; the
-// kubelet then searches ".docker/config.json" and ".dockercfg" in its
-// working directory). The working directory and $HOME are this process's,
-// read at the call (the kubelet reads $HOME once at start). A path that
-// cannot be made absolute (no working directory) is left out, as the
-// kubelet skips it, and no file is listed twice (a repeated file cannot be
-// the first one found).
-func DefaultNodeConfigFiles(rootDir string) []string {
-	home, _ := os.UserHomeDir() // "" when HOME is unset, as the kubelet's homeDirPath
+// absolute against the working directory: an empty rootDir is the working
+// directory, and so is an empty home (the kubelet's os.UserHomeDir fails
+// when HOME is unset, and it then searches ".docker/config.json" and
+// ".dockercfg" relative to its working directory: /.docker under systemd,
+// whose default working directory is /). A relative home is relative to
+// workDir too. With workDir "" (the kubelet has none) a relative path is
+// left out, as the kubelet skips a path filepath.Abs fails on, and no file
+// is listed twice (a repeated file cannot be the first one found).
+func NodeConfigFiles(rootDir, home, workDir string) []string {
 	jsonDirs := []string{rootDir, "", filepath.Join(home, ".docker"), filepath.Join("/", ".docker")}
 	cfgDirs := []string{rootDir, "", home, "/"}
 	var files []string
 	seen := make(map[string]bool)
 	add := func(dir, name string) {
-		f, err := filepath.Abs(filepath.Join(dir, name))
-		if err != nil || seen[f] {
+		f := filepath.Join(dir, name)
+		if !filepath.IsAbs(f) {
+			if !filepath.IsAbs(workDir) {
+				return
+			}
+			f = filepath.Join(workDir, f)
+		}
+		if seen[f] {
 			return
 		}
 		seen[f] = true

@@ -189,3 +189,91 @@ func TestDefaultNodeConfigFiles(t *testing.T) {
 		"/.dockercfg",
 	}, keyring.DefaultNodeConfigFiles("/var/lib/kubelet"))
 }
+
+func TestNodeConfigFiles(t *testing.T) {
+	tests := []struct {
+		name                   string
+		rootDir, home, workDir string
+		want                   []string
+	}{
+		{
+			name:    "no HOME (kubeadm's unit under systemd): .docker relative to the working directory /",
+			rootDir: "/var/lib/kubelet", home: "", workDir: "/",
+			want: []string{
+				"/var/lib/kubelet/config.json",
+				"/config.json",
+				"/.docker/config.json",
+				"/var/lib/kubelet/.dockercfg",
+				"/.dockercfg",
+			},
+		},
+		{
+			name:    "no HOME, another working directory",
+			rootDir: "/var/lib/kubelet", home: "", workDir: "/srv/kubelet",
+			want: []string{
+				"/var/lib/kubelet/config.json",
+				"/srv/kubelet/config.json",
+				"/srv/kubelet/.docker/config.json",
+				"/.docker/config.json",
+				"/var/lib/kubelet/.dockercfg",
+				"/srv/kubelet/.dockercfg",
+				"/.dockercfg",
+			},
+		},
+		{
+			name:    "User=root: HOME=/root",
+			rootDir: "/var/lib/kubelet", home: "/root", workDir: "/",
+			want: []string{
+				"/var/lib/kubelet/config.json",
+				"/config.json",
+				"/root/.docker/config.json",
+				"/.docker/config.json",
+				"/var/lib/kubelet/.dockercfg",
+				"/.dockercfg",
+				"/root/.dockercfg",
+			},
+		},
+		{
+			name:    "Environment=HOME=/srv/k",
+			rootDir: "/var/lib/kubelet", home: "/srv/k", workDir: "/",
+			want: []string{
+				"/var/lib/kubelet/config.json",
+				"/config.json",
+				"/srv/k/.docker/config.json",
+				"/.docker/config.json",
+				"/var/lib/kubelet/.dockercfg",
+				"/.dockercfg",
+				"/srv/k/.dockercfg",
+			},
+		},
+		{
+			name:    "no working directory: relative paths left out",
+			rootDir: "/var/lib/kubelet", home: "", workDir: "",
+			want: []string{
+				"/var/lib/kubelet/config.json",
+				"/.docker/config.json",
+				"/var/lib/kubelet/.dockercfg",
+				"/.dockercfg",
+			},
+		},
+		{
+			name:    "relative root dir and HOME: against the working directory",
+			rootDir: "state", home: "h", workDir: "/w",
+			want: []string{
+				"/w/state/config.json",
+				"/w/config.json",
+				"/w/h/.docker/config.json",
+				"/.docker/config.json",
+				"/w/state/.dockercfg",
+				"/w/.dockercfg",
+				"/w/h/.dockercfg",
+				"/.dockercfg",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, keyring.NodeConfigFiles(tt.rootDir, tt.home, tt.workDir))
+		})
+	}
+}

@@ -53,6 +53,17 @@ type Kubelet struct {
 	// Flags are the kubelet's flags on its expanded command line, the last
 	// value winning, each with the file (and line) that gave it.
 	Flags map[string]Flag
+	// Home is the kubelet's $HOME as systemd gives it: HOME of Environment=
+	// or EnvironmentFile=, else the home of its unit's User= in the host's
+	// /etc/passwd, else "" (no HOME: kubeadm's unit). HomeFrom is the line
+	// that gives it.
+	Home     string
+	HomeFrom Flag
+	// User is its unit's User=, "" for none (root).
+	User string
+	// WorkDir is its working directory: WorkingDirectory=, "/" by
+	// default, "~" its Home.
+	WorkDir string
 }
 
 // Flag returns a flag's value, "" when it is not given.
@@ -94,6 +105,8 @@ func discover(root, skip string) (*Kubelet, error) {
 		}
 	}
 	var envFiles []string
+	var userFrom Flag
+	workDir := "/"
 	for _, file := range append([]string{k.Unit}, k.DropIns...) {
 		data, err := os.ReadFile(hostPath(root, file))
 		if err != nil {
@@ -120,6 +133,10 @@ func discover(root, skip string) (*Kubelet, error) {
 						k.Env[name], k.Vars[name] = value, Flag{File: file, Line: lineOf(data, "Environment", name)}
 					}
 				}
+			case "User":
+				k.User, userFrom = o.Value, Flag{File: file, Line: lineOf(data, "User", "")}
+			case "WorkingDirectory":
+				workDir = o.Value
 			case "EnvironmentFile":
 				if o.Value == "" {
 					envFiles = nil
@@ -145,6 +162,9 @@ func discover(root, skip string) (*Kubelet, error) {
 		for _, v := range ParseEnvFile(data) {
 			k.Env[v.Name], k.Vars[v.Name] = v.Value, Flag{File: f, Line: v.Line}
 		}
+	}
+	if err := k.environment(root, userFrom, workDir); err != nil {
+		return nil, err
 	}
 	if k.ExecStart == "" {
 		return nil, fmt.Errorf("%s: no ExecStart for the kubelet", k.Unit)

@@ -60,6 +60,17 @@ func appendTo(rel, text string) func(t *testing.T, root string) {
 	}
 }
 
+// writeFiles writes files (relative to the host root) for a layout.
+func writeFiles(files map[string]string) func(t *testing.T, root string) {
+	return func(t *testing.T, root string) {
+		for rel, text := range files {
+			p := filepath.Join(root, rel)
+			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+			require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		}
+	}
+}
+
 // TestInstallUninstall installs on each layout, installs again (nothing
 // changes, nothing is written), uninstalls, and finds the whole tree as
 // it was, byte for byte.
@@ -132,6 +143,26 @@ func TestInstallUninstall(t *testing.T) {
 			untouched: []string{"usr/lib/systemd/system/pullguard.service", "var/lib/kubelet/config.yaml"},
 			created:   []string{"etc/kubernetes/kubelet.conf.d/99-pullguard.conf"},
 			serve:     []string{"ExecStart=/usr/bin/pullguard serve"},
+		},
+		{
+			// systemd gives a unit with User= its user's HOME: the kubelet
+			// searches /root/.docker, and so must serve.
+			name:      "kubeadm kubelet with User=root: serve given HOME=/root",
+			layout:    "kubeadm",
+			version:   "v1.30.14",
+			setup:     writeFiles(map[string]string{"etc/systemd/system/kubelet.service.d/30-user.conf": "[Service]\nUser=root\n", "etc/passwd": "root:x:0:0:root:/root:/bin/bash\n"}),
+			untouched: []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"},
+			kubelet:   []string{"var/lib/kubelet/config.yaml"},
+			serve:     []string{"Environment=HOME=/root"},
+		},
+		{
+			name:      "kubeadm kubelet with Environment=HOME=/srv/k and WorkingDirectory=/srv/k: serve given both",
+			layout:    "kubeadm",
+			version:   "v1.30.14",
+			setup:     writeFiles(map[string]string{"etc/systemd/system/kubelet.service.d/30-home.conf": "[Service]\nEnvironment=HOME=/srv/k\nWorkingDirectory=/srv/k\n"}),
+			untouched: []string{"var/lib/kubelet/kubeadm-flags.env", "etc/default/kubelet"},
+			kubelet:   []string{"var/lib/kubelet/config.yaml"},
+			serve:     []string{"Environment=HOME=/srv/k", "WorkingDirectory=/srv/k"},
 		},
 		{
 			name:      "EKS AL2023: config.json and config.json.d",

@@ -97,6 +97,19 @@ func (p *Plan) serveDropIn(words []string, configDir string) ([]byte, error) {
 		b.WriteString(quoteWord(w))
 	}
 	b.WriteString("\n")
+	// The kubelet's HOME and working directory, where its search for the
+	// node's docker credentials goes ($HOME/.docker, the working
+	// directory): serve's unit sets neither HOME nor User=, so serve has no
+	// HOME, as kubeadm's kubelet, unless the kubelet has one.
+	if k.Home != "" || k.WorkDir != "/" {
+		fmt.Fprintf(&b, "# The kubelet's HOME and working directory: serve searches the node's docker\n# credentials where the kubelet does.\n")
+	}
+	if k.Home != "" {
+		fmt.Fprintf(&b, "Environment=%s\n", quoteWord("HOME="+k.Home))
+	}
+	if k.WorkDir != "/" {
+		fmt.Fprintf(&b, "WorkingDirectory=%s\n", k.WorkDir)
+	}
 	return []byte(b.String()), nil
 }
 

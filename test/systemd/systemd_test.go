@@ -48,7 +48,10 @@ const (
 	containerdEndpoint = "unix:///var/run/containerd/containerd.sock"
 	pluginBinDir       = "/usr/libexec/kubernetes/kubelet-plugins/credential-provider/exec"
 	providerCfg        = "/etc/kubernetes/credential-provider.yaml"
-	nodeConfig         = "/root/.docker/config.json"
+	// nodeConfig is the node's docker credentials where kubeadm's kubelet
+	// reads them: its root directory. It has no HOME under systemd (its
+	// unit has no User=), so it never reads /root/.docker/config.json.
+	nodeConfig = "/var/lib/kubelet/config.json"
 )
 
 func TestRealSystemd(t *testing.T) {
@@ -184,6 +187,7 @@ func TestRealSystemd(t *testing.T) {
 		}
 	}
 	t.Logf("the kubelet's $HOME under systemd: %s", home)
+	assert.Equal(t, "unset", home, "kubeadm's kubelet unit has no User=: systemd gives it no HOME")
 
 	if !t.Run("install", func(t *testing.T) {
 		// D-Bus is masked: install reaches systemd at its private socket.
@@ -212,6 +216,16 @@ func TestRealSystemd(t *testing.T) {
 		assert.NoError(t, err, "pullguard doctor: %s", out)
 		t.Logf("pullguard doctor:\n%s", out)
 		assert.Contains(t, out, "serve can read the node's credentials the kubelet reads, "+nodeConfig)
+		// serve, as the kubelet, has no HOME (its unit has no User=, and
+		// install gives it none: the kubelet has none): it searches the
+		// node's credentials where the kubelet does, not in /root/.docker.
+		serveHome := "unset"
+		for _, kv := range strings.Split(sd.run(t, "cat", "/proc/"+sd.show(t, "pullguard.service", "MainPID")+"/environ"), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
+				serveHome = v
+			}
+		}
+		assert.Equal(t, home, serveHome, "serve's $HOME is the kubelet's")
 		// serve holds its store: records can only answer through serve's
 		// admin socket.
 		out, err = sd.try("pullguard", "records", "-o", "json")
@@ -243,7 +257,7 @@ func TestRealSystemd(t *testing.T) {
 		}
 		require.NoError(t, inServe("test", "-x", "/usr/local/bin/fakecri"), "in the booted root, not the host's")
 		assert.NoError(t, inServe("test", "-r", nodeConfig), "serve sees %s", nodeConfig)
-		assert.Error(t, inServe("touch", "/root/.docker/e2e-write"), "/root is read-only to serve")
+		assert.Error(t, inServe("touch", "/root/e2e-write"), "/root is read-only to serve")
 		assert.Error(t, inServe("touch", "/var/lib/kubelet/e2e-write"), "the kubelet's root directory is read-only to serve")
 		assert.NoError(t, inServe("touch", "/var/lib/pullguard/e2e-write"), "serve's state directory is writable")
 		journal := sd.journal("pullguard.service", 0)
@@ -362,7 +376,7 @@ func releaseDeb(t *testing.T) string {
 // kubelet's package write (pkg/nodeinstall's testdata/kubeadm: the unit,
 // 10-kubeadm.conf, /etc/default/kubelet, config.yaml with comments and an
 // operator's keys), its kubeadm-flags.env naming a credential-provider
-// plugin; a node credential in /root/.docker/config.json; and the plugin
+// plugin; a node credential in the kubelet's root directory; and the plugin
 // with its configuration.
 func installNode(t *testing.T, root, deb, reportAddr string) {
 	t.Helper()
@@ -425,7 +439,6 @@ ExecStart=/usr/local/bin/fakecri serve `+runtimeSocket+`
 
 	auth := base64.StdEncoding.EncodeToString([]byte("node:node-pw-e2e"))
 	write(strings.TrimPrefix(nodeConfig, "/"), []byte(`{"auths":{"node.example":{"auth":"`+auth+`"}}}`), 0o600)
-	require.NoError(t, os.Chmod(filepath.Join(root, "root/.docker"), 0o700))
 
 	write(strings.TrimPrefix(providerCfg, "/"), []byte(`apiVersion: kubelet.config.k8s.io/v1
 kind: CredentialProviderConfig
@@ -640,8 +653,8 @@ func (sd *systemd) try(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "nsenter", sd.nsenterArgs(args...)...)
-	// As root's shell: doctor searches $HOME/.docker for the node's
-	// credentials.
+	// As root's shell (doctor searches the node's credentials with the
+	// kubelet's HOME, from its unit, not its own).
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"}
 	out, err := cmd.CombinedOutput()
 	return strings.TrimSpace(string(out)), err
