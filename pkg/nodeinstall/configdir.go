@@ -18,8 +18,8 @@ import (
 // map is left out, and then defaults the result: `enforceNodeAllocatable:
 // []` becomes `[pods]` (which a kubelet with cgroupsPerQOS off refuses to
 // start with), `evictionHard: {}` the default thresholds. When the file
-// sets such a field, install merges the settings into the file instead,
-// and says why.
+// sets such a field (defaultedWhenNil), install merges the settings into
+// the file instead, and says why.
 func (p *Plan) configDirKeeps(o Options, main *configFile) bool {
 	if main == nil {
 		return true
@@ -38,9 +38,17 @@ func (p *Plan) configDirKeeps(o Options, main *configFile) bool {
 	return false
 }
 
+// defaultedWhenNil are the kubelet's fields (JSON paths) that get a value
+// when they are nil and keep an empty one: the kubelet v1.36 defaults
+// enforceNodeAllocatable (pkg/kubelet/apis/config/v1beta1, SetDefaults) and
+// evictionHard (cmd/kubelet/app, run) only when unset. Every other empty list
+// or map means what nil means (evictionSoft: {} and no evictionSoft alike).
+var defaultedWhenNil = []string{"enforceNodeAllocatable", "evictionHard"}
+
 // emptiedByJSON returns the fields of cfg (their JSON paths) that writing
-// it as JSON leaves out although the file set them: empty, non-nil lists
-// and maps under an omitempty tag.
+// it as JSON leaves out although the file set them, and that the kubelet
+// then defaults: empty, non-nil lists and maps under an omitempty tag, of
+// defaultedWhenNil.
 func emptiedByJSON(cfg *kubeletconfig.KubeletConfiguration) []string {
 	var lost []string
 	var walk func(v reflect.Value, path string)
@@ -70,7 +78,7 @@ func emptiedByJSON(cfg *kubeletconfig.KubeletConfiguration) []string {
 			fv := v.Field(i)
 			switch fv.Kind() {
 			case reflect.Slice, reflect.Map:
-				if !fv.IsNil() && fv.Len() == 0 && slices.Contains(strings.Split(opts, ","), "omitempty") {
+				if !fv.IsNil() && fv.Len() == 0 && slices.Contains(strings.Split(opts, ","), "omitempty") && slices.Contains(defaultedWhenNil, child) {
 					lost = append(lost, child)
 				}
 			case reflect.Struct, reflect.Pointer:

@@ -44,3 +44,28 @@ func TestDropInFilesInTheKubeletsOrder(t *testing.T) {
 		"a directory's files in its name's place, as the kubelet walks them")
 	assert.Equal(t, "unix:///run/pullguard/pullguard.sock", kc.ImageServiceEndpoint, "a.conf, merged last, wins")
 }
+
+// Only the fields the kubelet defaults when unset lose their meaning in
+// the JSON a kubelet with a --config-dir merges over.
+func TestEmptiedByJSON(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string
+	}{
+		{name: "nothing empty", body: "maxPods: 20\nenforceNodeAllocatable: [none]\n"},
+		{name: "an empty list the kubelet defaults", body: "enforceNodeAllocatable: []\n", want: []string{"enforceNodeAllocatable"}},
+		{name: "an empty map the kubelet defaults", body: "evictionHard: {}\n", want: []string{"evictionHard"}},
+		{name: "both", body: "evictionHard: {}\nenforceNodeAllocatable: []\n", want: []string{"enforceNodeAllocatable", "evictionHard"}},
+		{name: "empty maps and lists nil means alike", body: "evictionSoft: {}\nevictionSoftGracePeriod: {}\nclusterDNS: []\nsystemReserved: {}\nallowedUnsafeSysctls: []\n"},
+		{name: "unset", body: "cgroupsPerQOS: false\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			require.NoError(t, os.WriteFile(p, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"+tt.body), 0o644))
+			cfg, _, err := nodeconfig.LoadKubeletConfig(p)
+			require.NoError(t, err)
+			assert.Equal(t, tt.want, emptiedByJSON(cfg))
+		})
+	}
+}
