@@ -50,6 +50,18 @@ type kubeletView struct {
 	env procEnv
 }
 
+// checkKubeletFileKeeps warns when serve's socket is set in the kubelet's
+// --config file itself (install merged it there: an older kubelet, or one
+// without a --config-dir), which kubeadm and node images rewrite.
+func checkKubeletFileKeeps(k *kubeletView, add func(severity, check, what, fix string)) {
+	if _, ok := k.flags["image-service-endpoint"]; ok || k.path == "" || k.origins == nil || k.origins["imageServiceEndpoint"] != k.path {
+		return
+	}
+	add(severityWarning, "kubelet-config-rewrite",
+		fmt.Sprintf("serve's image service is set in %s itself, which `kubeadm upgrade node` (from the kubelet-config ConfigMap) or a node image update rewrites: serve would be out of the path with nothing said but this check and serve's silence", k.path),
+		"after such an upgrade run `pullguard install` again; a kubelet 1.31 or later keeps the settings in a --config-dir drop-in, which install gives it when it can")
+}
+
 // fix names where to set a setting: the flags file line that gives flag,
 // which wins, else the configuration file's field.
 func (k *kubeletView) fix(flag, flagValue, field, fieldValue string) string {
@@ -282,6 +294,7 @@ func checkKubelet(k *kubeletView, serveSocket string, add func(severity, check, 
 			k.fix("image-service-endpoint", want, "imageServiceEndpoint", want))
 	default:
 		add(severityOK, "image-service-endpoint", fmt.Sprintf("the kubelet asks serve (%s) for images", want), "")
+		checkKubeletFileKeeps(k, add)
 	}
 
 	// The kubelet's own gate: the policy and allowlist must not be set
