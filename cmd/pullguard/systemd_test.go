@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/internal/critest"
+	"github.com/pullguard/pullguard/internal/debpkg"
 )
 
 const (
@@ -42,12 +43,7 @@ func requireSystemdTool(t *testing.T, tool string) string {
 		t.Skipf("%s is not installed (Debian's systemd package; with CI=true the test installs it)", tool)
 	}
 	require.Zero(t, os.Geteuid(), "CI=true: %s is missing, and only root can install the systemd package", tool)
-	for _, args := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "systemd"}} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%v: %s", args, out)
-	}
+	require.NoError(t, debpkg.Install("systemd"))
 	path, err := exec.LookPath(tool)
 	require.NoError(t, err, "%s still missing after apt-get install systemd", tool)
 	return path

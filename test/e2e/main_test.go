@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/pullguard/pullguard/internal/debpkg"
 )
 
 // h is the harness every scenario shares.
@@ -79,13 +81,8 @@ func prerequisites() string {
 		return fmt.Sprintf("not root, and %v are not installed", missing)
 	}
 	fmt.Fprintf(os.Stderr, "e2e: installing containerd runc docker-registry (missing: %v)\n", missing)
-	for _, args := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "containerd", "runc", "docker-registry"}} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		cmd.Stdin = nil
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Sprintf("%v failed: %v\n%s", args, err, tail(string(out), 2000))
-		}
+	if err := debpkg.Install("containerd", "runc", "docker-registry"); err != nil {
+		return err.Error()
 	}
 	if missing := missingTools(); len(missing) > 0 {
 		return fmt.Sprintf("%v still missing after apt-get install", missing)

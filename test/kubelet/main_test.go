@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/internal/debpkg"
 )
 
 // kubeVersion is the k8s.io/kubernetes version go.mod requires; the
@@ -56,12 +58,8 @@ func prerequisites(t *testing.T) {
 		return
 	}
 	t.Logf("installing runc docker-registry etcd-server (missing: %v)", missingTools())
-	for _, args := range [][]string{{"apt-get", "update"}, {"apt-get", "install", "-y", "--no-install-recommends", "runc", "docker-registry", "etcd-server"}} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			unable("%v: %v\n%s", args, err, lastBytes(out, 2000))
-		}
+	if err := debpkg.Install("runc", "docker-registry", "etcd-server"); err != nil {
+		unable("%v", err)
 	}
 	if m := missingTools(); len(m) > 0 {
 		unable("%v still missing after apt-get install", m)

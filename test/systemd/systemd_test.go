@@ -30,6 +30,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/pullguard/pullguard/internal/debpkg"
 )
 
 // The root's Debian release and packages; the cache is keyed by them.
@@ -308,12 +310,7 @@ func TestRealSystemd(t *testing.T) {
 // install installs Debian packages with apt-get.
 func install(t *testing.T, pkgs ...string) {
 	t.Helper()
-	for _, args := range [][]string{{"apt-get", "update"}, append([]string{"apt-get", "install", "-y", "--no-install-recommends"}, pkgs...)} {
-		cmd := exec.Command(args[0], args[1:]...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "%v: %s", args, out)
-	}
+	require.NoError(t, debpkg.Install(pkgs...))
 }
 
 // newRoot returns a fresh copy of the cached debootstrap root, made first
