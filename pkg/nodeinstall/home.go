@@ -17,7 +17,7 @@ import (
 func (k *Kubelet) environment(root string, userFrom Flag, workDir string) error {
 	var userHome string
 	if k.User != "" {
-		h, err := passwdHome(root, k.User)
+		h, err := UserHome(root, k.User)
 		if err != nil {
 			return fmt.Errorf("%s: User=%s: %w", userFrom.Where(), k.User, err)
 		}
@@ -45,9 +45,7 @@ func (k *Kubelet) environment(root string, userFrom Flag, workDir string) error 
 // UserHome returns the home directory systemd gives a unit's User=: that
 // of user (a name or a uid) in the host's /etc/passwd under root; root
 // (uid 0) has /root when the file does not name it, as systemd's fallback.
-func UserHome(root, user string) (string, error) { return passwdHome(root, user) }
-
-func passwdHome(root, user string) (string, error) {
+func UserHome(root, user string) (string, error) {
 	const file = "/etc/passwd"
 	data, err := os.ReadFile(hostPath(root, file))
 	if err != nil && !os.IsNotExist(err) {
