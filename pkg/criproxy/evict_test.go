@@ -19,15 +19,20 @@ var (
 	metricsRegistry metrics.KubeRegistry
 )
 
-// counter is the sum of the proxy's counter name over the series whose
-// labels include labels.
-func counter(t *testing.T, name string, labels map[string]string) float64 {
-	t.Helper()
+// proxyRegistry holds the proxy's metrics, registered at the first call.
+func proxyRegistry() metrics.KubeRegistry {
 	metricsOnce.Do(func() {
 		metricsRegistry = metrics.NewKubeRegistry()
 		metricsRegistry.MustRegister(criproxy.Metrics()...)
 	})
-	families, err := metricsRegistry.Gather()
+	return metricsRegistry
+}
+
+// counter is the sum of the proxy's counter name over the series whose
+// labels include labels.
+func counter(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := proxyRegistry().Gather()
 	require.NoError(t, err)
 	var sum float64
 	for _, mf := range families {

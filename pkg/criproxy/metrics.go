@@ -49,6 +49,27 @@ var (
 		Help:           "Entries serve forgot to make room, the oldest or least recently used first, by kind: window (an open answer window: the pod's pull then asks the registry), proof (a pod's proof: its next presence check costs a pull, answered from its record), name (a memoized normalized name), collision (a pod key two pods shared).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"kind"})
+	unannotatedChecks = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "unannotated_presence_checks_total",
+		Help:           "ImageStatus calls taken for presence checks of no particular pod: without the kubelet's pod annotations (kubernetes.io/config.source, kubernetes.io/config.seen) before any call with them arrived, or with other annotations only. A kubelet annotates every presence check; while these rise, serve answers per image name, not per pod.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	answerWindows = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "answer_windows",
+		Help:           "Answer windows serve holds (a presence check reported a present image absent and the pod's pull has not followed yet); at pullguard_criproxy_answer_windows_max the oldest open one makes room.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	answerWindowsMax = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "answer_windows_max",
+		Help:           "The most answer windows serve holds at once.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	panicsTotal = metrics.NewCounter(&metrics.CounterOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -60,7 +81,7 @@ var (
 
 // Metrics returns the proxy's metrics, to register with a registry.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{requestsTotal, requestDuration, decisionsTotal, evictionsTotal, panicsTotal}
+	return []metrics.Registerable{requestsTotal, requestDuration, decisionsTotal, evictionsTotal, unannotatedChecks, answerWindows, answerWindowsMax, panicsTotal}
 }
 
 func observe(method string, start time.Time) {

@@ -169,6 +169,9 @@ type podCalls struct {
 	// onEvict is told of each entry forgotten to make room, by kind (an
 	// expired window is not counted): the evictions metric.
 	onEvict func(kind string)
+	// onWindows is told how many answer windows are held after a change
+	// (the answer_windows gauge).
+	onWindows func(n int)
 }
 
 type callKey struct {
@@ -203,7 +206,7 @@ func newPodCalls(window time.Duration, n int) *podCalls {
 	return &podCalls{window: window,
 		open: newRecent[callKey, openWindow](n), proofs: newRecent[callKey, proof](2 * n),
 		owners: map[string]owner{}, collided: newRecent[string, struct{}](n), keys: newRecent[string, string](n),
-		onCollision: func() {}, onEvict: func(string) {}}
+		onCollision: func() {}, onEvict: func(string) {}, onWindows: func(int) {}}
 }
 
 // maxClockStep is the coarsest clock step at which the kubelet's
@@ -258,10 +261,17 @@ func (p *podCalls) hid(image, pod string, now time.Time, id string, names []stri
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Expired windows go first, the oldest at the back (a window is put
+	// first when opened and left in its place after): the count held is
+	// of windows a pull may still use.
+	for k, old, ok := p.open.oldest(); ok && p.window > 0 && now.Sub(old.at) > p.window; k, old, ok = p.open.oldest() {
+		p.open.remove(k)
+	}
 	w := openWindow{at: now, id: id, names: names, epoch: p.statusEpoch}
 	if old, evicted, _ := p.open.put(p.key(image, pod), w); evicted && now.Sub(old.val.at) <= p.window {
 		p.onEvict(evictedWindow)
 	}
+	p.onWindows(p.open.len())
 }
 
 // take reports whether a pull of image by pod may be answered from a
@@ -283,6 +293,7 @@ func (p *podCalls) take(image, pod string, now time.Time) (ok bool, id string, n
 	}
 	if now.Sub(w.at) > p.window {
 		p.open.remove(k)
+		p.onWindows(p.open.len())
 		return false, "", nil
 	}
 	if now.Sub(w.at) > statusTTL || w.epoch != p.statusEpoch {
@@ -326,6 +337,7 @@ func (p *podCalls) proved(image, pod, uid, id string, cred credential.Credential
 	defer p.mu.Unlock()
 	k := p.key(image, pod)
 	p.open.remove(k) // the presence check's pull is done
+	p.onWindows(p.open.len())
 	o, seen := p.owners[pod]
 	if uid == "" || (seen && o.uid != uid) {
 		if _, marked := p.collided.peek(pod); !marked {

@@ -78,6 +78,16 @@ func (r *recent[K, V]) put(k K, v V) (old recentEntry[K, V], evicted, added bool
 	return old, false, true
 }
 
+// oldest returns the least recent entry, leaving it in its place.
+func (r *recent[K, V]) oldest() (k K, v *V, ok bool) {
+	e := r.order.Back()
+	if e == nil {
+		return k, nil, false
+	}
+	ent := entryOf[K, V](e)
+	return ent.key, &ent.val, true
+}
+
 // remove forgets k.
 func (r *recent[K, V]) remove(k K) {
 	if e, ok := r.at[k]; ok {

@@ -142,6 +142,8 @@ func New(backend Backend, tracker credtracker.Tracker, hasher *credential.Hasher
 	}
 	s.calls = newPodCalls(s.window, s.maxWindows)
 	s.calls.onEvict = func(kind string) { evictionsTotal.WithLabelValues(kind).Inc() }
+	s.calls.onWindows = func(n int) { answerWindows.Set(float64(n)) }
+	answerWindowsMax.Set(float64(s.maxWindows))
 	s.logger = s.logger.WithName("criproxy")
 	if s.clockStep == nil {
 		s.clockStep = finestClockStep

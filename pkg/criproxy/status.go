@@ -42,6 +42,8 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	kind, pod := classify(spec)
 	if kind == podCall {
 		s.calls.annotating.Store(true)
+	} else if kind == unkeyedCall || !s.calls.annotating.Load() {
+		unannotatedChecks.Inc() // a presence check of no particular pod
 	}
 	resp, err := s.backend.ImageStatus(ctx, spec, req.GetVerbose())
 	if err != nil {
