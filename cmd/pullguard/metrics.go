@@ -28,14 +28,7 @@ var registerOnce sync.Once
 // /metrics. Registering twice is harmless.
 func registerMetrics() {
 	registerOnce.Do(func() {
-		var all []metrics.Registerable
-		all = append(all, credtracker.Metrics()...)
-		all = append(all, imagemanager.Metrics()...)
-		all = append(all, credentialprovider.Metrics()...)
-		all = append(all, criproxy.Metrics()...)
-		all = append(all, announce.Metrics()...)
-		all = append(all, buildInfo)
-		for _, m := range all {
+		for _, m := range commonMetrics() {
 			if err := legacyregistry.Register(m); err != nil {
 				var already prometheus.AlreadyRegisteredError
 				if !errors.As(err, &already) {
@@ -46,6 +39,25 @@ func registerMetrics() {
 		info := buildVersion()
 		buildInfo.WithLabelValues(info.Major, info.Minor, info.GitVersion, info.GitCommit, info.GitTreeState, info.BuildDate, info.GoVersion, info.Compiler, info.Platform).Set(1)
 	})
+}
+
+// commonMetrics are the metrics every command registers (registerMetrics);
+// serve adds serveMetrics.
+func commonMetrics() []metrics.Registerable {
+	var all []metrics.Registerable
+	all = append(all, credtracker.Metrics()...)
+	all = append(all, imagemanager.Metrics()...)
+	all = append(all, credentialprovider.Metrics()...)
+	all = append(all, criproxy.Metrics()...)
+	all = append(all, announce.Metrics()...)
+	return append(all, buildInfo)
+}
+
+// serveMetrics are the metrics serve registers besides commonMetrics: its
+// protection gauge (registerServeMetrics) and its CallWatch's
+// (adminOptions.newCallWatch).
+func serveMetrics() []metrics.Registerable {
+	return append([]metrics.Registerable{serveProtection}, criproxy.SilenceMetrics()...)
 }
 
 // buildInfo is the kubelet's kubernetes_build_info under pullguard's name,
