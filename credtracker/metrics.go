@@ -91,6 +91,21 @@ var (
 	recordsGauge = twinGaugeVec{own: recordsGaugeVec, twinLabel: "disk", twin: kubeletOnDiskRecords}
 	intentsGauge = twinGauge{intentsOwnGauge, kubeletOnDiskIntents}
 
+	storeBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "store_bytes",
+		Help:           "Bytes of the record store file in use (its pages up to the highest one in use), at its opening and after each write. A store file larger than pullguard_credtracker_store_max_bytes is not read at start-up: it is set aside and rebuilt, and every present image is verified again.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	storeMaxBytes = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace:      metricsNamespace,
+		Subsystem:      metricsSubsystem,
+		Name:           "store_max_bytes",
+		Help:           "The largest record store file start-up reads.",
+		StabilityLevel: metrics.ALPHA,
+	})
+
 	writeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
 		Namespace:      metricsNamespace,
 		Subsystem:      metricsSubsystem,
@@ -131,7 +146,7 @@ func countCheck(d Decision) {
 // example with legacyregistry.MustRegister). Unregistered metrics record
 // nothing.
 func Metrics() []metrics.Registerable {
-	return []metrics.Registerable{checksTotal, recordsGaugeVec, intentsOwnGauge, kubeletOnDiskRecords, kubeletOnDiskIntents, unreadableTotal, recoveriesTotal, integrityFailuresTotal, storeErrorsTotal, writeDuration}
+	return []metrics.Registerable{checksTotal, recordsGaugeVec, intentsOwnGauge, kubeletOnDiskRecords, kubeletOnDiskIntents, unreadableTotal, recoveriesTotal, integrityFailuresTotal, storeErrorsTotal, storeBytes, storeMaxBytes, writeDuration}
 }
 
 // gaugeSetter is what the tracker does with a gauge.

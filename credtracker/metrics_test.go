@@ -1,6 +1,9 @@
 package credtracker_test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -58,4 +61,34 @@ func TestMetrics(t *testing.T) {
 	_, err := e.tr.PruneImages(nil, e.clock.Now().Add(1))
 	require.NoError(t, err)
 	assert.Equal(t, 0.0, counter(t, r, "pullguard_credtracker_records", map[string]string{"location": "disk"}))
+}
+
+// TestStoreSizeMetrics: the store's size in use is shown at its opening and
+// grows with its writes, never past the file's size; its bound is the
+// largest file start-up reads.
+func TestStoreSizeMetrics(t *testing.T) {
+	r := metrics.NewKubeRegistry()
+	r.MustRegister(credtracker.Metrics()...)
+
+	e := newEnv(t, credtracker.Config{})
+	assert.Equal(t, float64(2<<30), counter(t, r, "pullguard_credtracker_store_max_bytes", nil))
+	opened := counter(t, r, "pullguard_credtracker_store_bytes", nil)
+	assert.Positive(t, opened)
+
+	secret := e.secretCred(reg, "team-a", "regcred", "uid-a", "alice", "pw")
+	for i := range 200 {
+		e.pull(fmt.Sprintf("%s/team-a/app%d:v1", reg, i), fmt.Sprintf("sha256:%064x", i+1), secret)
+	}
+	written := counter(t, r, "pullguard_credtracker_store_bytes", nil)
+	assert.Greater(t, written, opened, "200 records take pages")
+	fi, err := os.Stat(filepath.Join(e.dir, credtracker.StoreFile))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, written, float64(fi.Size()))
+
+	e.restart()
+	reopened := counter(t, r, "pullguard_credtracker_store_bytes", nil)
+	assert.GreaterOrEqual(t, reopened, written, "shown at the next opening")
+	fi, err = os.Stat(filepath.Join(e.dir, credtracker.StoreFile))
+	require.NoError(t, err)
+	assert.LessOrEqual(t, reopened, float64(fi.Size()))
 }

@@ -157,7 +157,14 @@ func (s *store) openBolt(txid uint64) (err error) {
 			return err
 		}
 	}
+	storeMaxBytes.Set(maxStoreSize)
+	showSize(db)
 	return nil
+}
+
+// showSize sets the store_bytes gauge to db's size in use.
+func showSize(db *bolt.DB) {
+	_ = db.View(func(tx *bolt.Tx) error { storeBytes.Set(float64(tx.Size())); return nil })
 }
 
 // verified is what verifyStore found in a store file.
@@ -542,6 +549,7 @@ func (s *store) compactIfSparse() (compaction, error) {
 	// failed): every later write goes to it.
 	old := s.db
 	s.db = db
+	showSize(db)
 	if cerr := old.Close(); err == nil {
 		err = cerr
 	}
@@ -680,6 +688,7 @@ func (s *store) update(fn func(w *sealedTx) error) (err error) {
 	if err != nil {
 		return err
 	}
+	showSize(s.db)
 	s.seal = next
 	if err := s.gen.write(next.gen, !s.db.NoSync); err != nil {
 		return fmt.Errorf("the record store was written but its generation was not: %w", err)

@@ -287,6 +287,7 @@ func TestGrafanaDashboard(t *testing.T) {
 		"pullguard_criproxy_decisions_total", "pullguard_criproxy_request_duration_seconds_bucket",
 		"pullguard_serve_protection_enabled", "pullguard_criproxy_silent", "pullguard_criproxy_last_request_timestamp_seconds",
 		"pullguard_credtracker_store_errors_total", "pullguard_credtracker_records",
+		"pullguard_credtracker_store_bytes", "pullguard_credtracker_store_max_bytes",
 		"pullguard_criproxy_answer_windows", "pullguard_criproxy_answer_windows_max", "pullguard_criproxy_evictions_total",
 		"pullguard_criproxy_unannotated_presence_checks_total", "pullguard_build_info", `up{job="pullguard"}`,
 	} {
