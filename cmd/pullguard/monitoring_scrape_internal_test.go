@@ -159,13 +159,19 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 	static := jobs[0].(map[string]any)
 	delete(static, "kubernetes_sd_configs")
 	static["static_configs"] = []any{map[string]any{"targets": []any{"node-a:10265"}}}
-	out, err := yaml.Marshal(generic)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "prometheus.yml")
-	require.NoError(t, os.WriteFile(path, out, 0o644))
-	res, err := exec.Command(promtool, "check", "config", "--syntax-only", path).CombinedOutput()
-	require.NoError(t, err, "promtool check config:\n%s", res)
-	assert.Contains(t, string(res), "SUCCESS")
+	for name, tls := range map[string]any{
+		"as shipped":         static["tls_config"],
+		"with a CA of yours": map[string]any{"ca_file": "/etc/prometheus/pullguard/ca.crt"}, // as the file's comment shows
+	} {
+		static["tls_config"] = tls
+		out, err := yaml.Marshal(generic)
+		require.NoError(t, err)
+		path := filepath.Join(t.TempDir(), "prometheus.yml")
+		require.NoError(t, os.WriteFile(path, out, 0o644))
+		res, err := exec.Command(promtool, "check", "config", "--syntax-only", path).CombinedOutput()
+		require.NoError(t, err, "promtool check config, %s:\n%s", name, res)
+		assert.Contains(t, string(res), "SUCCESS", name)
+	}
 }
 
 // TestPrometheusRBAC: the ClusterRole grants get on the non-resource URL
