@@ -246,17 +246,22 @@ func TestDaemonSets(t *testing.T) {
 			tokenMount, hasToken := mounts["/var/run/secrets/pullguard-serve"]
 			assert.Equal(t, tc.token, hasToken)
 			if tc.token {
-				assert.Contains(t, c.Args, "--token-dir=/var/run/secrets/pullguard-serve")
+				assert.Contains(t, c.Args, "--serve-token-file=/var/run/secrets/pullguard-serve/token")
+				assert.Contains(t, c.Args, "--serve-arg=--secure-port=10265", "serve's secure /metrics, which deploy/monitoring scrapes")
 				assert.True(t, tokenMount.ReadOnly)
 				secret := volumes[tokenMount.Name].Secret
 				require.NotNil(t, secret)
 				assert.Equal(t, "pullguard-serve-token", secret.SecretName)
 				assert.Equal(t, ptrTo(int32(0o400)), secret.DefaultMode)
+				assert.Equal(t, []corev1.KeyToPath{{Key: "token", Path: "token"}}, secret.Items, "the token alone")
 			} else {
 				for _, a := range c.Args {
-					assert.False(t, strings.HasPrefix(a, "--token-dir"), a)
+					assert.False(t, strings.HasPrefix(a, "--serve-"), a)
 				}
 			}
+			run := mounts["/run/pullguard-node-agent"]
+			require.NotNil(t, volumes[run.Name].EmptyDir, "the status file's directory (node-agent's --status-file default)")
+			assert.False(t, run.ReadOnly)
 		})
 	}
 }
