@@ -129,7 +129,7 @@ func checkImage(t *testing.T, img v1.Image, arch string, s stamp, bin []byte) {
 	assert.Equal(t, s.date, cf.Created.UTC())
 	assert.Equal(t, s.version, cf.Config.Labels["org.opencontainers.image.version"])
 	assert.Equal(t, s.commit, cf.Config.Labels["org.opencontainers.image.revision"])
-	assert.Equal(t, "2026-11-02T10:00:00Z", cf.Config.Labels["org.opencontainers.image.created"])
+	assert.Equal(t, s.buildDate(), cf.Config.Labels["org.opencontainers.image.created"])
 	layers, err := img.Layers()
 	require.NoError(t, err)
 	require.Len(t, layers, 1)
@@ -184,6 +184,11 @@ func TestPushImage(t *testing.T) {
 	assert.Equal(t, "arm64", cf.Architecture)
 
 	assert.ErrorContains(t, pushImage(idx, "not a reference!"), `-push "not a reference!"`)
+}
+
+func TestImageLabelsAreTheCommitsDate(t *testing.T) {
+	s, _ := fakeBuild(t)
+	assert.Equal(t, "2026-11-02T10:00:00Z", imageAnnotations(s)["org.opencontainers.image.created"])
 }
 
 func TestImageTag(t *testing.T) {
