@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -17,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/pullguard/pullguard/internal/debpkg"
+	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
 // installSettings are the kubelet settings `pullguard install` writes
@@ -107,11 +109,54 @@ func TestEKSUserData(t *testing.T) {
 	assert.Equal(t, installSettings(t), nc.Spec.Kubelet.Config, "kubelet.config is what pullguard install writes")
 	assert.Empty(t, nc.Spec.Kubelet.Flags)
 
+	t.Run("pullguard install on the node nodeadm wrote", func(t *testing.T) { checkEKSInstall(t, nc.Spec.Kubelet.Config) })
+
 	script := string(parts["text/x-shellscript"])
 	assert.True(t, strings.HasPrefix(script, "#!/bin/bash\n"))
 	assert.NotContains(t, script, "\r", "bash reads LF line ends")
 	checkBootstrapScript(t, script, "dnf install -y", "pullguard install")
 	checkShell(t, "bash", script)
+}
+
+// checkEKSInstall plans `pullguard install` (pkg/nodeinstall) on an EKS
+// AL2023 node (pkg/nodeinstall/testdata/eks: kubelet 1.33, config.json
+// and config.json.d) whose nodeadm wrote the NodeConfig's kubelet.config
+// into its drop-in, 40-nodeadm.conf: install refuses nothing (the image
+// service is already serve's), leaves nodeadm's files as they are, and
+// its own drop-in holds the same settings.
+func checkEKSInstall(t *testing.T, kubeletConfig map[string]any) {
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(root, os.DirFS(filepath.Join("..", "pkg", "nodeinstall", "testdata", "eks"))))
+	dropIn := filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/40-nodeadm.conf")
+	data, err := os.ReadFile(dropIn)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, yaml.Unmarshal(data, &m))
+	for k, v := range kubeletConfig {
+		m[k] = v
+	}
+	data, err = json.MarshalIndent(m, "", "    ")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dropIn, data, 0o644))
+	plan, err := nodeinstall.PlanInstall(nodeinstall.Options{Root: root, KubeletVersion: func(string) (string, error) { return "Kubernetes v1.33.4-eks-1234", nil }})
+	require.NoError(t, err, "pullguard install after nodeadm")
+	ours := 0
+	for _, c := range plan.Changes {
+		switch {
+		case strings.HasPrefix(c.Path, "/etc/kubernetes/kubelet/config.json"), c.Path == "/etc/eks/kubelet/environment":
+			if c.Path == "/etc/kubernetes/kubelet/config.json.d/99-pullguard.conf" {
+				ours++
+				var got map[string]any
+				require.NoError(t, yaml.Unmarshal(c.Data, &got))
+				delete(got, "apiVersion")
+				delete(got, "kind")
+				assert.Equal(t, kubeletConfig, got, "install's drop-in holds the NodeConfig's settings")
+				continue
+			}
+			assert.Equal(t, nodeinstall.Unchanged, c.Action, "nodeadm's %s", c.Path)
+		}
+	}
+	assert.Equal(t, 1, ours)
 }
 
 // checkBootstrapScript: the script stops at the first error, checks the
