@@ -97,10 +97,11 @@ func TestEKSUserData(t *testing.T) {
 	}
 	assert.Equal(t, []string{"application/node.eks.aws", "text/x-shellscript"}, order)
 
-	docs := strings.Split(string(parts["application/node.eks.aws"]), "\n---\n")
-	require.Len(t, docs, 2, "a comment, then one NodeConfig")
+	doc, ok := strings.CutPrefix(string(parts["application/node.eks.aws"]), "---\n")
+	require.True(t, ok, "the part opens with a YAML document marker, as AWS's examples")
+	require.NotContains(t, doc, "\n---", "one NodeConfig")
 	var nc nodeConfig
-	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[1]), &nc))
+	require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &nc))
 	assert.Equal(t, "node.eks.aws/v1alpha1", nc.APIVersion)
 	assert.Equal(t, "NodeConfig", nc.Kind)
 	assert.NotEmpty(t, nc.Spec.Cluster.Name)
