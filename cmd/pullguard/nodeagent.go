@@ -190,5 +190,3 @@ func newNodeAgentReadyCommand() *cobra.Command {
 
 // errNotReady ends `node-agent ready` with status 1, its reason printed.
 var errNotReady = fmt.Errorf("not ready")
-
-

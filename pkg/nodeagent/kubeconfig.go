@@ -42,7 +42,7 @@ func ServeKubeconfig(root string, k *nodeinstall.Kubelet, token []byte) ([]byte,
 	file := f.Value
 	data, err := boundedread.ReadFile(nodeinstall.HostPath(root, file), maxKubeconfigBytes)
 	if err != nil {
-		return nil, fmt.Errorf("the kubelet's --kubeconfig (%s): %w", f.Where(), err)
+		return nil, fmt.Errorf("the kubelet's --kubeconfig %s (from %s): %w", file, f.Where(), err)
 	}
 	cfg, err := clientcmd.Load(data)
 	if err != nil {

@@ -327,6 +327,12 @@ func (p *Plan) units(o Options) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ServeUnit, err)
 	}
+	if words, err = p.binary(o, words, servePackaged); err != nil {
+		return nil, err
+	}
+	if words, err = serveArgs(words, o.ServeArgs); err != nil {
+		return nil, err
+	}
 	flags := map[string]Flag{}
 	ParseFlags(words[1:], ServeUnit, 0, flags)
 	p.ServeSocket, p.Store = defaultServeSocket, defaultStore
@@ -339,10 +345,7 @@ func (p *Plan) units(o Options) ([]string, error) {
 		p.Store = f.Value
 	}
 	p.ServeMetrics = flags["metrics-bind-address"].Value
-	if words, err = p.binary(o, words, servePackaged); err != nil {
-		return nil, err
-	}
-	return serveArgs(words, o.ServeArgs)
+	return words, nil
 }
 
 // listenStream is pullguard.socket's ListenStream=, from the package's unit
