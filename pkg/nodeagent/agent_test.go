@@ -70,6 +70,10 @@ type world struct {
 	clock      *testingclock.FakeClock
 	doctorErr  error
 	doctorRuns int
+	// onDoctor runs at each doctor check.
+	onDoctor func()
+	// pristine is the node before any agent ran.
+	pristine map[string]string
 	mu         sync.Mutex
 	events     chan corev1.Event
 }
@@ -90,6 +94,7 @@ func newWorld(t *testing.T) *world {
 	w.binary = filepath.Join(w.pod, "pullguard")
 	w.setBinary(t, "pullguard v1\n")
 	require.NoError(t, os.WriteFile(filepath.Join(w.pod, "token"), []byte(token+"\n"), 0o600))
+	w.pristine = durabletest.Tree(t, w.root)
 	w.client.PrependReactor("create", "events", func(a k8stesting.Action) (bool, k8sruntime.Object, error) {
 		w.events <- *a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
 		return false, nil, nil
@@ -120,6 +125,9 @@ func (w *world) agent() *nodeagent.Agent {
 				w.mu.Lock()
 				defer w.mu.Unlock()
 				w.doctorRuns++
+				if w.onDoctor != nil {
+					w.onDoctor()
+				}
 				return w.doctorErr
 			}
 		},
@@ -217,8 +225,13 @@ func TestInstall(t *testing.T) {
 		wantCalls   string
 		wantMessage []string
 		// untouched: the node's tree is the same after as before, byte for
-		// byte.
-		untouched bool
+		// byte; pristine: the same as before any agent ran, serve's store
+		// (its records) aside.
+		untouched, pristine bool
+		// failSystemd is the systemd call that fails; stop stops the agent
+		// (SIGTERM) at doctor's first check.
+		failSystemd string
+		stop        bool
 	}{
 		{
 			name:        "fresh node: installed, the kubelet restarted once",
@@ -260,7 +273,7 @@ func TestInstall(t *testing.T) {
 			},
 			wantReason:  nodeagent.ReasonRefused,
 			wantCalls:   "",
-			wantMessage: []string{"/var/lib/kubelet/config.yaml:", "unix:///run/other/image.sock", "nothing was written"},
+			wantMessage: []string{"/var/lib/kubelet/config.yaml:57: the kubelet's image service is unix:///run/other/image.sock", "nothing was written"},
 			untouched:   true,
 		},
 		{
@@ -270,6 +283,34 @@ func TestInstall(t *testing.T) {
 			wantCalls:   activate + "|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
 			wantMessage: []string{"rolled back: the node is not ready: doctor: serve-answers: serve does not answer", "the node runs as before pullguard"},
 			untouched:   true,
+		},
+		{
+			name: "new image, doctor fails: given back as before pullguard, the records kept",
+			before: func(t *testing.T, w *world) {
+				require.True(t, w.agent().Install(context.Background()).Ready)
+				w.systemd.Reset()
+				w.setBinary(t, "pullguard v2\n")
+			},
+			doctorErr:   errors.New("doctor: serve-protection: serve is a pass-through"),
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"serve is a pass-through"},
+			pristine:    true,
+		},
+		{
+			name:        "serve does not start: the kubelet is not restarted onto it, the node given back",
+			failSystemd: "start pullguard.service",
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"starting pullguard.service: job failed"},
+			untouched:   true,
+		},
+		{
+			name:       "stopped while doctor waits: no give-back, the node left as it is",
+			doctorErr:  errors.New("doctor: serve-answers: not yet"),
+			stop:       true,
+			wantReason: nodeagent.ReasonStarting,
+			wantCalls:  activate,
 		},
 	}
 	for _, tt := range tests {
@@ -283,14 +324,36 @@ func TestInstall(t *testing.T) {
 			w.drainEvents()
 			before := durabletest.Tree(t, w.root)
 			w.doctorErr = tt.doctorErr
+			w.systemd.Fail = tt.failSystemd
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tt.stop {
+				w.onDoctor = cancel
+			}
 
 			a := w.agent()
-			require.NoError(t, a.Start(context.Background()))
+			require.NoError(t, a.Start(ctx))
 			assert.False(t, w.status(t).Ready, "not ready while at work")
-			s := a.Install(context.Background())
+			s := a.Install(ctx)
 
 			assert.Equal(t, tt.wantReason, s.Reason, s.Message)
 			assert.Equal(t, tt.wantReady, s.Ready)
+			if tt.pristine {
+				after := durabletest.Tree(t, w.root)
+				for p := range after {
+					if strings.HasPrefix(p, "var/lib/pullguard") {
+						delete(after, p)
+					}
+				}
+				assert.Equal(t, w.pristine, after, "the node as before pullguard, byte for byte, serve's records aside")
+			}
+			if tt.stop {
+				assert.Equal(t, tt.wantCalls, calls(w.systemd))
+				assert.Nil(t, w.lease(t).Spec.HolderIdentity, "a stopped agent releases the lease")
+				assert.Empty(t, w.drainEvents(), "a stopped agent reports nothing more")
+				assert.Equal(t, nodeagent.ReasonStarting, w.status(t).Reason)
+				return
+			}
 			assert.Equal(t, s, w.status(t), "the status file says it")
 			assert.Equal(t, tt.wantCalls, calls(w.systemd))
 			for _, m := range tt.wantMessage {

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,8 @@ type Reporter struct {
 	Secrets []string
 	// Timeout bounds the Event's request (10s when 0).
 	Timeout time.Duration
+	// seq keeps apart the names of Events made at the same instant.
+	seq atomic.Uint64
 }
 
 // Report writes s to the status file and records it; an Event that
@@ -123,7 +126,7 @@ func (r *Reporter) event(ctx context.Context, s Status) error {
 	}
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      fmt.Sprintf("%s.%x", r.Pod.Name, now.UnixNano()),
+			Name:      fmt.Sprintf("%s.%x%x", r.Pod.Name, now.UnixNano(), r.seq.Add(1)),
 			Namespace: r.Pod.Namespace,
 		},
 		InvolvedObject: corev1.ObjectReference{
