@@ -139,14 +139,30 @@ func (a *Agent) restarter(sd nodeinstall.Systemd, p *nodeinstall.Plan) *nodeinst
 // Install installs pullguard on the node, reports, and returns the
 // status. It returns early, the node as it is, when ctx ends (the pod is
 // stopped): then the status is not reported.
-func (a *Agent) Install(ctx context.Context) Status {
-	s := a.install(ctx)
+func (a *Agent) Install(ctx context.Context) Status { return a.finish(ctx, a.install(ctx)) }
+
+// finish reports s, unless ctx ended: a stopped agent says nothing more.
+func (a *Agent) finish(ctx context.Context, s Status) Status {
 	if ctx.Err() != nil {
 		klog.InfoS("node agent stopped: the node is left as it is", "reason", s.Reason, "message", s.Message)
 		return s
 	}
 	_ = a.report(ctx, s)
 	return s
+}
+
+// takeLease takes the Lease, reporting the wait, and returns its release.
+func (a *Agent) takeLease(ctx context.Context) (func(), error) {
+	if err := a.Lease.Acquire(ctx, func(holder string) {
+		_ = a.report(ctx, Status{Reason: ReasonWaiting, Message: fmt.Sprintf("node %s is being switched (lease %s/%s): this node waits its turn", holder, a.Lease.Namespace, a.Lease.Name)})
+	}); err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := a.Lease.Release(ctx); err != nil {
+			klog.ErrorS(err, "releasing the lease: the next node waits for it to expire")
+		}
+	}, nil
 }
 
 func (a *Agent) report(ctx context.Context, s Status) error {
@@ -177,16 +193,11 @@ func (a *Agent) install(ctx context.Context) Status {
 	}
 
 	// One node at a time.
-	if err := a.Lease.Acquire(ctx, func(holder string) {
-		_ = a.report(ctx, Status{Reason: ReasonWaiting, Message: fmt.Sprintf("node %s is being switched (lease %s/%s): this node waits its turn", holder, a.Lease.Namespace, a.Lease.Name)})
-	}); err != nil {
+	release, err := a.takeLease(ctx)
+	if err != nil {
 		return Status{Reason: ReasonFailed, Message: err.Error()}
 	}
-	defer func() {
-		if err := a.Lease.Release(ctx); err != nil {
-			klog.ErrorS(err, "releasing the lease: the next node waits for it to expire")
-		}
-	}()
+	defer release()
 	// The node as it is now, after the wait.
 	if p, err = nodeinstall.PlanInstall(o); err != nil {
 		return planFailed(err)
@@ -270,15 +281,7 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bo
 
 // Uninstall takes pullguard off the node, one node at a time, reports,
 // and returns the status; it returns early when ctx ends.
-func (a *Agent) Uninstall(ctx context.Context) Status {
-	s := a.uninstall(ctx)
-	if ctx.Err() != nil {
-		klog.InfoS("node agent stopped: the node is left as it is", "reason", s.Reason, "message", s.Message)
-		return s
-	}
-	_ = a.report(ctx, s)
-	return s
-}
+func (a *Agent) Uninstall(ctx context.Context) Status { return a.finish(ctx, a.uninstall(ctx)) }
 
 func (a *Agent) uninstall(ctx context.Context) Status {
 	o := nodeinstall.Options{Root: a.Config.Root}
@@ -287,16 +290,11 @@ func (a *Agent) uninstall(ctx context.Context) Status {
 	} else if err != nil {
 		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
 	}
-	if err := a.Lease.Acquire(ctx, func(holder string) {
-		_ = a.report(ctx, Status{Reason: ReasonWaiting, Message: fmt.Sprintf("node %s is being switched (lease %s/%s): this node waits its turn", holder, a.Lease.Namespace, a.Lease.Name)})
-	}); err != nil {
+	release, err := a.takeLease(ctx)
+	if err != nil {
 		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
 	}
-	defer func() {
-		if err := a.Lease.Release(ctx); err != nil {
-			klog.ErrorS(err, "releasing the lease: the next node waits for it to expire")
-		}
-	}()
+	defer release()
 	u, err := nodeinstall.PlanUninstall(o, false)
 	if errors.Is(err, nodeinstall.ErrNotInstalled) {
 		return Status{Ready: true, Reason: ReasonNotInstalled, Message: "pullguard is not installed on the node"}

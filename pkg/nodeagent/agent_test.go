@@ -74,8 +74,8 @@ type world struct {
 	onDoctor func()
 	// pristine is the node before any agent ran.
 	pristine map[string]string
-	mu         sync.Mutex
-	events     chan corev1.Event
+	mu       sync.Mutex
+	events   chan corev1.Event
 }
 
 func newWorld(t *testing.T) *world {
