@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/signal"
@@ -127,8 +128,8 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 	}
 	var secrets []string
 	if o.serveToken != "" {
-		if t, err := boundedread.ReadFile(o.serveToken, 64<<10); err == nil && len(t) > 0 {
-			secrets = append(secrets, string(t))
+		if t, err := boundedread.ReadFile(o.serveToken, 64<<10); err == nil && len(bytes.TrimSpace(t)) > 0 {
+			secrets = append(secrets, string(bytes.TrimSpace(t)))
 		}
 	}
 	return &nodeagent.Agent{

@@ -250,7 +250,8 @@ func planFailed(err error) Status {
 }
 
 // giveBack puts the node back as it was before pullguard (uninstall, the
-// kubelet restarted) after cause, and says why. Serve's records are kept
+// kubelet restarted; without sd, when nothing was restarted, the files
+// alone) after cause, and says why. Serve's records are kept
 // when only serve was restarted (an installed node's update).
 func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bool, cause error) Status {
 	why := "rolled back: " + cause.Error()
@@ -261,16 +262,14 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bo
 	}
 	gctx, cancel := a.withTimeout(context.WithoutCancel(ctx))
 	defer cancel()
-	if sd == nil {
-		s, closeFn, err := a.Systemd(gctx, o.Root)
-		if err != nil {
-			return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: the host's systemd: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}
-		}
-		defer closeFn()
-		sd = s
-	}
 	files := func() error { return nodeinstall.Uninstall(o, u) }
-	if err := a.restarter(sd, nil).Deactivate(gctx, u.Manifest.Units, files); err != nil {
+	if sd == nil {
+		// Nothing was restarted: the files alone.
+		err = files()
+	} else {
+		err = a.restarter(sd, nil).Deactivate(gctx, u.Manifest.Units, files)
+	}
+	if err != nil {
 		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}
 	}
 	if u.Kept() {

@@ -70,6 +70,8 @@ type world struct {
 	clock      *testingclock.FakeClock
 	doctorErr  error
 	doctorRuns int
+	// dialErr fails the connection to the host's systemd.
+	dialErr error
 	// onDoctor runs at each doctor check.
 	onDoctor func()
 	// pristine is the node before any agent ran.
@@ -118,6 +120,9 @@ func (w *world) agent() *nodeagent.Agent {
 	return &nodeagent.Agent{
 		Config: cfg,
 		Systemd: func(context.Context, string) (nodeinstall.Systemd, func(), error) {
+			if w.dialErr != nil {
+				return nil, nil, w.dialErr
+			}
 			return w.systemd, func() {}, nil
 		},
 		Doctor: func(*nodeinstall.Plan) func(context.Context) error {
@@ -232,6 +237,7 @@ func TestInstall(t *testing.T) {
 		// (SIGTERM) at doctor's first check.
 		failSystemd string
 		stop        bool
+		dialErr     error
 	}{
 		{
 			name:        "fresh node: installed, the kubelet restarted once",
@@ -306,6 +312,14 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
+			name:        "the host's systemd unreachable: the files given back, nothing restarted",
+			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   "",
+			wantMessage: []string{"rolled back: the host's systemd: connecting to systemd"},
+			untouched:   true,
+		},
+		{
 			name:       "stopped while doctor waits: no give-back, the node left as it is",
 			doctorErr:  errors.New("doctor: serve-answers: not yet"),
 			stop:       true,
@@ -325,6 +339,7 @@ func TestInstall(t *testing.T) {
 			before := durabletest.Tree(t, w.root)
 			w.doctorErr = tt.doctorErr
 			w.systemd.Fail = tt.failSystemd
+			w.dialErr = tt.dialErr
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tt.stop {
