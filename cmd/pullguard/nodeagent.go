@@ -114,6 +114,13 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 	if ns == "" {
 		return nil, fmt.Errorf("--lease-namespace (or $POD_NAMESPACE) is required")
 	}
+	check := o.serveArgs
+	if o.serveToken != "" {
+		check = append([]string{"--authentication-kubeconfig=" + o.serveKubeconfig, "--authorization-kubeconfig=" + o.serveKubeconfig}, check...)
+	}
+	if err := checkServeArgs(check); err != nil {
+		return nil, err
+	}
 	cfg, err := o.restConfig()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -46,4 +47,31 @@ func TestNodeAgentNeedsItsNode(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "--node-name (or $NODE_NAME) is required")
 	assert.NoFileExists(t, filepath.Join(root, "s"))
+}
+
+// TestServeArgsServeRefuses: install and the agent refuse a serve flag
+// serve would refuse at start, before anything is written.
+func TestServeArgsServeRefuses(t *testing.T) {
+	root := t.TempDir()
+	for _, args := range [][]string{
+		{"install", "--host-root", root, "--serve-arg=--no-such-flag=1"},
+		{"node-agent", "install", "--host-root", root, "--node-name", "n", "--pod-namespace", "x", "--serve-arg=--no-such-flag=1"},
+	} {
+		r := pullguard(t, args...)
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, "--serve-arg: serve refuses it: unknown flag: --no-such-flag")
+	}
+	entries, err := os.ReadDir(root)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing written")
+}
+
+// TestInstallServeArg: --serve-arg sets a flag on serve's command line in
+// its drop-in, over the unit's.
+func TestInstallServeArg(t *testing.T) {
+	root := kubeadmNode(t, "v1.33.4")
+	r := pullguard(t, "install", "--host-root", root, "--dry-run", "--serve-arg=--metrics-bind-address=127.0.0.1:10299")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "--metrics-bind-address 127.0.0.1:10299")
+	assert.NotContains(t, r.stdout, "--metrics-bind-address 127.0.0.1:10264")
 }
