@@ -218,8 +218,15 @@ func (a *Agent) install(ctx context.Context) Status {
 	rctx, cancel := a.withTimeout(ctx)
 	defer cancel()
 	sd, closeFn, err := a.Systemd(rctx, o.Root)
-	if err != nil {
+	switch {
+	case err != nil && kubelet:
+		// Nothing restarted, nothing of pullguard runs: the files go back.
 		return a.giveBack(ctx, nil, kubelet, fmt.Errorf("the host's systemd: %w", err))
+	case err != nil:
+		// The kubelet runs onto the serve that runs: its files stay
+		// consistent with the manifest, and serve's next start takes the new
+		// ones.
+		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("the host's systemd: %v: serve's new files are written, serve was not restarted", err)}
 	}
 	defer closeFn()
 	r := a.restarter(sd, p)

@@ -320,6 +320,18 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
+			name: "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
+			before: func(t *testing.T, w *world) {
+				require.True(t, w.agent().Install(context.Background()).Ready)
+				w.systemd.Reset()
+				w.setBinary(t, "pullguard v2\n")
+			},
+			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
+			wantReason:  nodeagent.ReasonFailed,
+			wantCalls:   "",
+			wantMessage: []string{"serve's new files are written, serve was not restarted"},
+		},
+		{
 			name:       "stopped while doctor waits: no give-back, the node left as it is",
 			doctorErr:  errors.New("doctor: serve-answers: not yet"),
 			stop:       true,
