@@ -10,7 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -125,7 +126,12 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	// The two API groups the agent uses, not a whole clientset.
+	leases, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("the agent's client: %w", err)
+	}
+	events, err := corev1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("the agent's client: %w", err)
 	}
@@ -143,10 +149,10 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 		Config:  c,
 		Systemd: dialSystemd,
 		Doctor:  nodeReady,
-		Lease:   &nodeagent.Lease{Client: client, Namespace: ns, Name: o.leaseName, Holder: o.node, Duration: c.LeaseDuration(), Clock: clock.RealClock{}},
+		Lease:   &nodeagent.Lease{Client: leases, Namespace: ns, Name: o.leaseName, Holder: o.node, Duration: c.LeaseDuration(), Clock: clock.RealClock{}},
 		Report: &nodeagent.Reporter{
 			StatusFile: o.statusFile,
-			Client:     client,
+			Client:     events,
 			Pod:        nodeagent.PodRef{Namespace: o.podNamespace, Name: o.podName, Node: o.node, UID: types.UID(o.podUID)},
 			Clock:      clock.RealClock{},
 			Secrets:    secrets,

@@ -136,10 +136,10 @@ func (w *world) agent() *nodeagent.Agent {
 				return w.doctorErr
 			}
 		},
-		Lease: &nodeagent.Lease{Client: w.client, Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName, Duration: cfg.LeaseDuration(), Clock: w.clock},
+		Lease: &nodeagent.Lease{Client: w.client.CoordinationV1(), Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName, Duration: cfg.LeaseDuration(), Clock: w.clock},
 		Report: &nodeagent.Reporter{
 			StatusFile: filepath.Join(w.pod, "status.json"),
-			Client:     w.client,
+			Client:     w.client.CoreV1(),
 			Pod:        nodeagent.PodRef{Namespace: namespace, Name: "pullguard-node-agent-x1", Node: nodeName, UID: "uid-1"},
 			Clock:      w.clock,
 			Secrets:    []string{token},

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -67,8 +67,9 @@ type PodRef struct {
 // has Secrets redacted.
 type Reporter struct {
 	StatusFile string
-	// Client records the Events; nil records none.
-	Client kubernetes.Interface
+	// Client records the Events (a clientset's CoreV1()); nil records
+	// none.
+	Client corev1client.EventsGetter
 	Pod    PodRef
 	Clock  clock.Clock
 	// Secrets are redacted from every message (serve's token).
@@ -142,6 +143,6 @@ func (r *Reporter) event(ctx context.Context, s Status) error {
 		ReportingController: "pullguard.dev/node-agent",
 		ReportingInstance:   Component + "-" + r.Pod.Node,
 	}
-	_, err := r.Client.CoreV1().Events(r.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	_, err := r.Client.Events(r.Pod.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err
 }

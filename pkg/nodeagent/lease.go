@@ -9,7 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -29,7 +29,9 @@ const (
 // it within its duration (an agent that died holding it). The holder does
 // not renew it: its work is bounded by less than Duration.
 type Lease struct {
-	Client          kubernetes.Interface
+	// Client is the API server's coordination.k8s.io/v1 (a clientset's
+	// CoordinationV1()).
+	Client          coordinationv1client.LeasesGetter
 	Namespace, Name string
 	// Holder is this node's name.
 	Holder string
@@ -82,7 +84,7 @@ func (l *Lease) Acquire(ctx context.Context, waiting func(holder string)) error 
 func (l *Lease) try(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, defaultLeaseRequest)
 	defer cancel()
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	now := metav1.NewMicroTime(l.clock().Now())
 	cur, err := leases.Get(ctx, l.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -139,7 +141,7 @@ func (l *Lease) expired(cur *coordinationv1.Lease) bool {
 func (l *Lease) Release(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultLeaseRequest)
 	defer cancel()
-	leases := l.Client.CoordinationV1().Leases(l.Namespace)
+	leases := l.Client.Leases(l.Namespace)
 	var err error
 	for range 3 {
 		var cur *coordinationv1.Lease

@@ -61,7 +61,7 @@ func TestLease(t *testing.T) {
 				return false, nil, nil
 			})
 			clk := testingclock.NewFakeClock(start)
-			l := &nodeagent.Lease{Client: client, Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName, Duration: 11 * time.Minute, Clock: clk}
+			l := &nodeagent.Lease{Client: client.CoordinationV1(), Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName, Duration: 11 * time.Minute, Clock: clk}
 			var waits []string
 			done := make(chan error, 1)
 			go func() { done <- l.Acquire(context.Background(), func(h string) { waits = append(waits, h) }) }()
@@ -95,7 +95,7 @@ func TestLeaseReleaseLeavesAnotherNodes(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: nodeagent.DefaultLeaseName, Namespace: namespace},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-b")},
 	})
-	l := &nodeagent.Lease{Client: client, Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName}
+	l := &nodeagent.Lease{Client: client.CoordinationV1(), Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName}
 	require.NoError(t, l.Release(context.Background()))
 	got, err := client.CoordinationV1().Leases(namespace).Get(context.Background(), nodeagent.DefaultLeaseName, metav1.GetOptions{})
 	require.NoError(t, err)
