@@ -291,6 +291,14 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
+			name:        "doctor's words hold the token: redacted from the status, the event and the logs",
+			doctorErr:   errors.New("doctor: serve-answers: the API server said: bad token " + token),
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   activate + "|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"bad token " + leak.Placeholder},
+			untouched:   true,
+		},
+		{
 			name: "new image, doctor fails: given back as before pullguard, the records kept",
 			before: func(t *testing.T, w *world) {
 				require.True(t, w.agent().Install(context.Background()).Ready)
@@ -400,6 +408,7 @@ func TestInstall(t *testing.T) {
 				assert.Nil(t, l.Spec.HolderIdentity, "the lease is released")
 			}
 
+			require.Contains(t, logs(), s.Reason, "klog's output is captured")
 			texts := map[string]string{"logs": logs(), "status": s.String()}
 			for i, e := range events {
 				texts["event "+e.Reason+string(rune('0'+i))] = e.Message
