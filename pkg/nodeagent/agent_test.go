@@ -212,6 +212,18 @@ func captureLogs(t *testing.T) func() string {
 	}
 }
 
+// installed runs an earlier pod's agent on the node; newImage then gives
+// the pod a new binary.
+func installed(t *testing.T, w *world) {
+	require.True(t, w.agent().Install(context.Background()).Ready)
+	w.systemd.Reset()
+}
+
+func newImage(t *testing.T, w *world) {
+	installed(t, w)
+	w.setBinary(t, "pullguard v2\n")
+}
+
 const activate = "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|restart kubelet.service"
 
 func calls(sd *nodeinstalltest.Systemd) string { return strings.Join(sd.Calls(), "|") }
@@ -247,23 +259,16 @@ func TestInstall(t *testing.T) {
 			wantMessage: []string{"doctor passes"},
 		},
 		{
-			name: "pod restarted on an installed node: nothing written, nothing restarted",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-			},
+			name:       "pod restarted on an installed node: nothing written, nothing restarted",
+			before:     installed,
 			wantReason: nodeagent.ReasonUpToDate,
 			wantReady:  true,
 			wantCalls:  "",
 			untouched:  true,
 		},
 		{
-			name: "new image: the binary replaced, serve restarted, not the kubelet",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:       "new image: the binary replaced, serve restarted, not the kubelet",
+			before:     newImage,
 			wantReason: nodeagent.ReasonServeUpdated,
 			wantReady:  true,
 			wantCalls:  "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service",
@@ -299,12 +304,8 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
-			name: "new image, doctor fails: given back as before pullguard, the records kept",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:        "new image, doctor fails: given back as before pullguard, the records kept",
+			before:      newImage,
 			doctorErr:   errors.New("doctor: serve-protection: serve is a pass-through"),
 			wantReason:  nodeagent.ReasonRolledBack,
 			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
@@ -328,12 +329,8 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
-			name: "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:        "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
+			before:      newImage,
 			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
 			wantReason:  nodeagent.ReasonFailed,
 			wantCalls:   "",
