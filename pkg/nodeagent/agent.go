@@ -276,7 +276,13 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bo
 		// Nothing was restarted: the files alone.
 		err = files()
 	} else {
-		err = a.restarter(sd, nil).Deactivate(gctx, u.Manifest.Units, files)
+		r := a.restarter(sd, nil)
+		if errors.Is(cause, nodeinstall.ErrKubeletNotRestarted) {
+			// The kubelet runs on its own settings: not restarted again.
+			err = r.Withdraw(gctx, u.Manifest.Units, files)
+		} else {
+			err = r.Deactivate(gctx, u.Manifest.Units, files)
+		}
 	}
 	if err != nil {
 		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}

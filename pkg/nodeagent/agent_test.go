@@ -313,10 +313,10 @@ func TestInstall(t *testing.T) {
 			pristine:    true,
 		},
 		{
-			name:        "serve does not start: the kubelet is not restarted onto it, the node given back",
+			name:        "serve does not start: the kubelet is not restarted at all, the node given back",
 			failSystemd: "start pullguard.service",
 			wantReason:  nodeagent.ReasonRolledBack,
-			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|stop pullguard.service|stop pullguard.socket",
 			wantMessage: []string{"starting pullguard.service: job failed"},
 			untouched:   true,
 		},
