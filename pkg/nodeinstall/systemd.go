@@ -79,10 +79,39 @@ func (r *Restarter) Activate(ctx context.Context, units []string) error {
 	return r.wait(ctx)
 }
 
+// RestartServe reloads systemd, enables serve's units and restarts
+// serve's service alone (its binary, units or flags changed; the kubelet's
+// files did not), then waits until Ready passes. The kubelet keeps
+// running: serve's socket holds its calls meanwhile.
+func (r *Restarter) RestartServe(ctx context.Context, units []string) error {
+	sd := r.Systemd
+	if err := sd.Reload(ctx); err != nil {
+		return fmt.Errorf("systemd daemon-reload: %w", err)
+	}
+	if err := sd.Enable(ctx, units...); err != nil {
+		return fmt.Errorf("enabling %v: %w", units, err)
+	}
+	if err := sd.Restart(ctx, ServeUnit); err != nil {
+		return fmt.Errorf("restarting %s: %w", ServeUnit, err)
+	}
+	return r.wait(ctx)
+}
+
 // Deactivate disables serve's units, reloads systemd (uninstall has given
 // back the kubelet's files), restarts the kubelet, stops serve, and waits
 // until Ready passes.
 func (r *Restarter) Deactivate(ctx context.Context, units []string, files func() error) error {
+	return r.deactivate(ctx, units, files, true)
+}
+
+// Withdraw is Deactivate for a kubelet that never restarted onto serve
+// (Activate failed with ErrKubeletNotRestarted): it runs on its own
+// settings, which files gives back, and is not restarted.
+func (r *Restarter) Withdraw(ctx context.Context, units []string, files func() error) error {
+	return r.deactivate(ctx, units, files, false)
+}
+
+func (r *Restarter) deactivate(ctx context.Context, units []string, files func() error, restartKubelet bool) error {
 	sd := r.Systemd
 	if err := sd.Disable(ctx, units...); err != nil {
 		return fmt.Errorf("disabling %v: %w", units, err)
@@ -93,8 +122,10 @@ func (r *Restarter) Deactivate(ctx context.Context, units []string, files func()
 	if err := sd.Reload(ctx); err != nil {
 		return fmt.Errorf("systemd daemon-reload: %w", err)
 	}
-	if err := sd.Restart(ctx, KubeletUnit); err != nil {
-		return fmt.Errorf("restarting %s: %w", KubeletUnit, err)
+	if restartKubelet {
+		if err := sd.Restart(ctx, KubeletUnit); err != nil {
+			return fmt.Errorf("restarting %s: %w", KubeletUnit, err)
+		}
 	}
 	ordered := slices.Clone(units)
 	slices.SortStableFunc(ordered, func(a, b string) int { return unitOrder(b) - unitOrder(a) })
@@ -112,6 +143,10 @@ func unitOrder(name string) int {
 	}
 	return 1
 }
+
+// Wait polls Ready every Interval until it passes or ctx ends (doctor's
+// --wait).
+func (r *Restarter) Wait(ctx context.Context) error { return r.wait(ctx) }
 
 func (r *Restarter) wait(ctx context.Context) error {
 	if r.Ready == nil {
