@@ -185,6 +185,13 @@ func (a *Agent) install(ctx context.Context) Status {
 		return planFailed(err)
 	}
 	if !p.Changed() {
+		kubelet, serve, err := a.stale(ctx, o.Root, p)
+		if err != nil {
+			return Status{Reason: ReasonFailed, Message: err.Error()}
+		}
+		if kubelet || serve {
+			return a.switchNode(ctx, o)
+		}
 		r := a.restarter(nil, p)
 		wctx, cancel := a.withTimeout(ctx)
 		defer cancel()
@@ -193,7 +200,29 @@ func (a *Agent) install(ctx context.Context) Status {
 		}
 		return Status{Ready: true, Reason: ReasonUpToDate, Message: "pullguard is installed on the node, nothing to change; doctor passes"}
 	}
+	return a.switchNode(ctx, o)
+}
 
+// stale says whether the kubelet or serve runs on settings older than
+// the files install left (nodeinstall.Plan.Stale): an install whose
+// restart never came, such as an agent stopped between its writes and
+// the restart, or `pullguard install` run without --restart-kubelet.
+func (a *Agent) stale(ctx context.Context, root string, p *nodeinstall.Plan) (kubelet, serve bool, err error) {
+	rctx, cancel := a.withTimeout(ctx)
+	defer cancel()
+	sd, closeFn, err := a.Systemd(rctx, root)
+	if err != nil {
+		return false, false, fmt.Errorf("the host's systemd: %w", err)
+	}
+	defer closeFn()
+	return p.Stale(rctx, sd)
+}
+
+// switchNode takes the Lease, plans again, writes what changed, and
+// restarts the kubelet onto serve (or serve alone) when its files changed
+// or it runs on older ones; then doctor, and the node given back when it
+// fails.
+func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) Status {
 	// One node at a time.
 	release, err := a.takeLease(ctx)
 	if err != nil {
@@ -201,20 +230,36 @@ func (a *Agent) install(ctx context.Context) Status {
 	}
 	defer release()
 	// The node as it is now, after the wait.
-	if p, err = nodeinstall.PlanInstall(o); err != nil {
+	p, err := nodeinstall.PlanInstall(o)
+	if err != nil {
 		return planFailed(err)
 	}
-	if !p.Changed() {
-		return Status{Ready: true, Reason: ReasonUpToDate, Message: "pullguard is installed on the node, nothing to change"}
+	// A kubelet whose files do not change may still run on older ones;
+	// serve restarts anyway when its files change.
+	kubelet, stale := p.KubeletChanged(), ""
+	if !kubelet {
+		k, s, err := a.stale(ctx, o.Root, p)
+		switch {
+		case err != nil:
+			return Status{Reason: ReasonFailed, Message: err.Error()}
+		case k:
+			kubelet, stale = true, "the kubelet ran on its settings from before install's files: "
+		case p.Changed():
+		case s:
+			stale = "serve ran on files older than install's: "
+		default:
+			return Status{Ready: true, Reason: ReasonUpToDate, Message: "pullguard is installed on the node, nothing to change"}
+		}
 	}
-	kubelet := p.KubeletChanged()
 	for _, c := range p.Changes {
 		if c.Action != nodeinstall.Unchanged {
 			klog.InfoS("install", "action", c.Action, "path", c.Path)
 		}
 	}
-	if _, err := nodeinstall.Install(o, p); err != nil {
-		return Status{Reason: ReasonFailed, Message: "install: " + err.Error()}
+	if p.Changed() {
+		if _, err := nodeinstall.Install(o, p); err != nil {
+			return Status{Reason: ReasonFailed, Message: "install: " + err.Error()}
+		}
 	}
 
 	rctx, cancel := a.withTimeout(ctx)
@@ -244,7 +289,10 @@ func (a *Agent) install(ctx context.Context) Status {
 		return a.giveBack(ctx, sd, kubelet, err)
 	}
 	if kubelet {
-		return Status{Ready: true, Reason: ReasonInstalled, Message: fmt.Sprintf("installed; the kubelet restarted onto serve (%s); doctor passes", p.ServeSocket)}
+		return Status{Ready: true, Reason: ReasonInstalled, Message: fmt.Sprintf("%sinstalled; the kubelet restarted onto serve (%s); doctor passes", stale, p.ServeSocket)}
+	}
+	if stale != "" {
+		return Status{Ready: true, Reason: ReasonServeUpdated, Message: stale + "serve restarted, the kubelet did not; doctor passes"}
 	}
 	return Status{Ready: true, Reason: ReasonServeUpdated, Message: "serve's files changed: serve restarted, the kubelet did not; doctor passes"}
 }

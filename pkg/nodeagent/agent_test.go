@@ -224,6 +224,9 @@ func newImage(t *testing.T, w *world) {
 	w.setBinary(t, "pullguard v2\n")
 }
 
+// longAgo is before any file of a test was written.
+var longAgo = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
 const activate = "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|restart kubelet.service"
 
 func calls(sd *nodeinstalltest.Systemd) string { return strings.Join(sd.Calls(), "|") }
@@ -250,6 +253,9 @@ func TestInstall(t *testing.T) {
 		failSystemd string
 		stop        bool
 		dialErr     error
+		// started sets when units became active (the zero time: not
+		// active), after before ran.
+		started map[string]time.Time
 	}{
 		{
 			name:        "fresh node: installed, the kubelet restarted once",
@@ -329,12 +335,13 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
-			name:        "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
+			name:        "new image, the host's systemd unreachable: nothing written, nothing restarted, not ready",
 			before:      newImage,
 			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
 			wantReason:  nodeagent.ReasonFailed,
 			wantCalls:   "",
-			wantMessage: []string{"serve's new files are written, serve was not restarted"},
+			wantMessage: []string{"the host's systemd: connecting to systemd"},
+			untouched:   true,
 		},
 		{
 			name:       "stopped while doctor waits: no give-back, the node left as it is",
@@ -351,6 +358,9 @@ func TestInstall(t *testing.T) {
 			w.drive(t)
 			if tt.before != nil {
 				tt.before(t, w)
+			}
+			for u, at := range tt.started {
+				w.systemd.Active(u, at)
 			}
 			w.drainEvents()
 			before := durabletest.Tree(t, w.root)

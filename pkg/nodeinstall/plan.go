@@ -2,6 +2,7 @@ package nodeinstall
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -466,6 +467,44 @@ func (p *Plan) changeFile(o Options, c Change) error {
 // then the kubelet restarts, else serve alone.
 func (p *Plan) KubeletChanged() bool {
 	return slices.ContainsFunc(p.Changes, func(c Change) bool { return c.Action != Unchanged && !c.Serve })
+}
+
+// Stale says whether the kubelet, or serve, runs now on settings older
+// than the files the plan manages: a unit that became active before the
+// newest of its files was last written (an install whose restart never
+// came, because the agent or the operator stopped in between) still runs
+// on what it read before. A unit that is not active is not stale: it reads
+// the files when it starts.
+func (p *Plan) Stale(ctx context.Context, sd Systemd) (kubelet, serve bool, err error) {
+	for _, u := range []struct {
+		unit  string
+		serve bool
+		stale *bool
+	}{{KubeletUnit, false, &kubelet}, {ServeUnit, true, &serve}} {
+		since, err := sd.ActiveSince(ctx, u.unit)
+		if err != nil {
+			return false, false, fmt.Errorf("when %s started: %w", u.unit, err)
+		}
+		if since.IsZero() {
+			continue
+		}
+		for _, c := range p.Changes {
+			if c.Serve != u.serve {
+				continue
+			}
+			fi, err := os.Stat(hostPath(p.Root, c.Path))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // not written yet: the plan writes it
+			}
+			if err != nil {
+				return false, false, fmt.Errorf("reading %s: %w", c.Path, err)
+			}
+			if fi.ModTime().After(since) {
+				*u.stale = true
+			}
+		}
+	}
+	return kubelet, serve, nil
 }
 
 // Changed says whether the plan changes any file.

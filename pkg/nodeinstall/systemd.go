@@ -27,6 +27,9 @@ type Systemd interface {
 	Start(ctx context.Context, unit string) error
 	Restart(ctx context.Context, unit string) error
 	Stop(ctx context.Context, unit string) error
+	// ActiveSince is when unit last became active (its
+	// ActiveEnterTimestamp), the zero time when it is not active now.
+	ActiveSince(ctx context.Context, unit string) (time.Time, error)
 }
 
 // KubeletUnit is the kubelet's unit.
@@ -230,6 +233,21 @@ func (d dbusSystemd) Restart(ctx context.Context, unit string) error {
 
 func (d dbusSystemd) Stop(ctx context.Context, unit string) error {
 	return job(ctx, func(ch chan<- string) (int, error) { return d.c.StopUnitContext(ctx, unit, "replace", ch) })
+}
+
+func (d dbusSystemd) ActiveSince(ctx context.Context, unit string) (time.Time, error) {
+	props, err := d.c.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if state, _ := props["ActiveState"].(string); state != "active" {
+		return time.Time{}, nil
+	}
+	usec, ok := props["ActiveEnterTimestamp"].(uint64)
+	if !ok {
+		return time.Time{}, fmt.Errorf("%s: ActiveEnterTimestamp is %T, not a time", unit, props["ActiveEnterTimestamp"])
+	}
+	return time.UnixMicro(int64(usec)), nil
 }
 
 // job runs a systemd job and waits for its result.

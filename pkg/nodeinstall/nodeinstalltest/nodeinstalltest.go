@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,10 +23,50 @@ import (
 // Systemd records the calls ("daemon-reload", "enable [a b]", "start a",
 // "restart a", "stop a", "disable [a b]"), and fails the one named in
 // Fail. It is safe for concurrent use.
+//
+// It keeps when each unit last became active (ActiveSince): a start or
+// restart makes it active at Now (time.Now when nil), a stop inactive;
+// Active sets it beforehand.
 type Systemd struct {
-	mu    sync.Mutex
-	calls []string
-	Fail  string
+	mu     sync.Mutex
+	calls  []string
+	Fail   string
+	Now    func() time.Time
+	active map[string]time.Time
+}
+
+// Active makes unit active since t (the zero time: not active).
+func (f *Systemd) Active(unit string, t time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.active == nil {
+		f.active = map[string]time.Time{}
+	}
+	f.active[unit] = t
+}
+
+// ActiveSince is not among Calls (it changes nothing); it fails when Fail
+// is "active-since UNIT".
+func (f *Systemd) ActiveSince(_ context.Context, u string) (time.Time, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Fail == "active-since "+u {
+		return time.Time{}, errors.New("no such property")
+	}
+	return f.active[u], nil
+}
+
+// started records that u became active now, or stopped.
+func (f *Systemd) started(u string, active bool) {
+	now := time.Now
+	if f.Now != nil {
+		now = f.Now
+	}
+	t := time.Time{}
+	if active {
+		t = now()
+	}
+	f.Active(u, t)
 }
 
 var _ nodeinstall.Systemd = (*Systemd)(nil)
@@ -61,9 +102,17 @@ func (f *Systemd) Enable(_ context.Context, units ...string) error {
 func (f *Systemd) Disable(_ context.Context, units ...string) error {
 	return f.do(fmt.Sprint("disable ", units))
 }
-func (f *Systemd) Start(_ context.Context, u string) error   { return f.do("start " + u) }
-func (f *Systemd) Restart(_ context.Context, u string) error { return f.do("restart " + u) }
-func (f *Systemd) Stop(_ context.Context, u string) error    { return f.do("stop " + u) }
+func (f *Systemd) Start(_ context.Context, u string) error   { return f.job("start", u, true) }
+func (f *Systemd) Restart(_ context.Context, u string) error { return f.job("restart", u, true) }
+func (f *Systemd) Stop(_ context.Context, u string) error    { return f.job("stop", u, false) }
+
+func (f *Systemd) job(verb, u string, active bool) error {
+	if err := f.do(verb + " " + u); err != nil {
+		return err
+	}
+	f.started(u, active)
+	return nil
+}
 
 // Layout copies the node layout name of pkg/nodeinstall's testdata
 // ("kubeadm", "eks") into a scratch host root and returns it.
