@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
@@ -476,7 +475,7 @@ func (o *serveOptions) metricsOn() bool {
 // endpoints.
 func metricsHandler(backend criproxy.Backend, health func() string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", legacyregistry.Handler())
+	mux.Handle("/metrics", metricsHTTPHandler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
