@@ -199,3 +199,26 @@ func TestScrapes(t *testing.T) {
 		})
 	}
 }
+
+// TestAlwaysAllowedPaths: the paths served to anyone are
+// --authorization-always-allow-paths, and only they: /metrics only when
+// the operator lists it, /healthz then no longer.
+func TestAlwaysAllowedPaths(t *testing.T) {
+	api := fakeapiserver.Start(t)
+	e := start(t, api, t.TempDir(), "--authentication-skip-lookup", "--authorization-always-allow-paths", "/metrics,/debug/*")
+	cases := []struct {
+		path     string
+		wantCode int
+	}{
+		{path: "/metrics", wantCode: http.StatusOK},
+		{path: "/debug/anything", wantCode: http.StatusNotFound}, // allowed by the prefix, served by no handler
+		{path: "/healthz", wantCode: http.StatusUnauthorized},
+	}
+	for _, c := range cases {
+		t.Run(c.path, func(t *testing.T) {
+			code, body := e.get(t, c.path, "")
+			assert.Equal(t, c.wantCode, code, body)
+		})
+	}
+	assert.Empty(t, api.SubjectAccessReviews(), "nothing asked for anonymous requests")
+}
