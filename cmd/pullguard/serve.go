@@ -29,6 +29,7 @@ import (
 	"github.com/pullguard/pullguard/pkg/guardedpull"
 	"github.com/pullguard/pullguard/pkg/nodeconfig"
 	"github.com/pullguard/pullguard/pkg/podworkers"
+	"github.com/pullguard/pullguard/pkg/secureserving"
 )
 
 // EmbeddedEndpoint is the --image-service-endpoint value (as is an empty
@@ -61,6 +62,9 @@ type serveOptions struct {
 	registryTimeout    time.Duration
 	registryTimeoutSet bool
 	admin              adminOptions
+	// secure is the endpoint on the node's address (--secure-port):
+	// k8s.io/apiserver's flags, off by default.
+	secure *secureserving.Options
 }
 
 // kubeletRuntimeRequestTimeout is the kubelet's default
@@ -68,7 +72,7 @@ type serveOptions struct {
 const kubeletRuntimeRequestTimeout = 2 * time.Minute
 
 func newServeCommand() *cobra.Command {
-	o := &serveOptions{}
+	o := &serveOptions{secure: secureserving.NewOptions()}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the CRI image service between a kubelet and the container runtime, enforcing the protection",
@@ -121,6 +125,7 @@ socket it made removed.`,
 	f.DurationVar(&o.registryTimeout, "registry-request-timeout", criproxy.DefaultVerificationTimeout, "how long serve's own requests to a registry may take: all of a pull's verifications (every host tried, token fetches and redirects included), and each connection, TLS handshake and wait for an answer's headers; a registry that does not answer by then fails the pull with DeadlineExceeded. Below the kubelet's runtimeRequestTimeout (--config's, else 2m); when not given and that is 30s or less, half of it")
 	f.DurationVar(&o.timeout, "runtime-request-timeout", criruntime.DefaultRemoteTimeout, "timeout of the calls to the runtime but PullImage (bounded by the kubelet's own deadline)")
 	o.admin.addFlags(f)
+	o.secure.AddFlags(f)
 	return cmd
 }
 
@@ -181,6 +186,10 @@ func (o *serveOptions) check() (checkedServe, error) {
 	if err := o.admin.check(); err != nil {
 		return c, err
 	}
+	o.secure.Complete(o.rootDir)
+	if err := o.secure.Validate(); err != nil {
+		return c, err
+	}
 	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
 	}
@@ -227,7 +236,7 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	}
 	logger := klog.Background().WithName("serve")
 	warnConfiguration(c.settings, stderr, logger)
-	if o.metricsAddr != "" && o.metricsAddr != "0" {
+	if o.metricsOn() {
 		// Before the tracker starts, so that its start-up gauges count.
 		registerMetrics()
 		registerServeMetrics(c.settings.Gates.EnsureSecretPulledImages)
@@ -250,6 +259,15 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	defer lis.Close()
+	// The secure endpoint's port and certificate: a configuration error
+	// stops serve here, before its state is loaded.
+	secure, err := o.listenSecure()
+	if err != nil {
+		return err
+	}
+	if secure != nil {
+		defer secure.Close()
+	}
 	sdNotify(logger, "STATUS=Loading the record store")
 
 	backend, err := o.openBackend(ctx, c, logger)
@@ -283,16 +301,21 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	watch, watchOpts := o.admin.newCallWatch(o.metricsAddr != "" && o.metricsAddr != "0", logger)
+	watch, watchOpts := o.admin.newCallWatch(o.metricsOn(), logger)
 	gs := criproxy.NewGRPCServer(srv, logger, watchOpts...)
 	defer o.admin.startAdmin(o.rootDir, tracker, c.settings.Gates.EnsureSecretPulledImages, logger)()
 
-	metricsSrv, err := o.serveMetrics(backend, healthzFunc(healthzBody(c.settings), watch), logger)
+	handler := metricsHandler(backend, healthzFunc(healthzBody(c.settings), watch))
+	metricsSrv, err := o.serveMetrics(handler, logger)
 	if err != nil {
 		return err
 	}
 	if metricsSrv != nil {
 		defer metricsSrv.Close()
+	}
+	if secure != nil {
+		// In the background: it waits for the API server, the CRI does not.
+		secure.Serve(ctx, handler, logger)
 	}
 
 	// Ready once the runtime answers too: systemd (Type=notify) starts
@@ -433,16 +456,14 @@ func (o *serveOptions) openTracker(ctx context.Context, c checkedServe, backend 
 	return tr, tr.Hasher(), nil
 }
 
-// serveMetrics serves /metrics and /healthz, or nothing when the address
-// is "" or "0".
-func (o *serveOptions) serveMetrics(backend criproxy.Backend, health func() string, logger klog.Logger) (*http.Server, error) {
-	if o.metricsAddr == "" || o.metricsAddr == "0" {
-		return nil, nil
-	}
-	l, err := net.Listen("tcp", o.metricsAddr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
-	}
+// metricsOn says whether serve serves its metrics, on either endpoint.
+func (o *serveOptions) metricsOn() bool {
+	return (o.metricsAddr != "" && o.metricsAddr != "0") || o.secure.Enabled()
+}
+
+// metricsHandler serves /metrics and /healthz, the same on both
+// endpoints.
+func metricsHandler(backend criproxy.Backend, health func() string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", legacyregistry.Handler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -454,7 +475,20 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, health func() stri
 		}
 		_, _ = io.WriteString(w, health())
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return mux
+}
+
+// serveMetrics serves handler on --metrics-bind-address, the plain
+// endpoint for the node itself, or nothing when the address is "" or "0".
+func (o *serveOptions) serveMetrics(handler http.Handler, logger klog.Logger) (*http.Server, error) {
+	if o.metricsAddr == "" || o.metricsAddr == "0" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-bind-address: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error(err, "The metrics server stopped")
@@ -462,6 +496,19 @@ func (o *serveOptions) serveMetrics(backend criproxy.Backend, health func() stri
 	}()
 	logger.Info("Serving /metrics and /healthz", "address", l.Addr().String())
 	return srv, nil
+}
+
+// listenSecure binds the secure endpoint and loads or generates its
+// certificate, or returns nil when --secure-port is 0.
+func (o *serveOptions) listenSecure() (*secureserving.Server, error) {
+	if !o.secure.Enabled() {
+		return nil, nil
+	}
+	hostname, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the host name for the serving certificate: %w", err)
+	}
+	return o.secure.Listen(hostname)
 }
 
 // The bodies of a healthy /healthz: `pullguard doctor` reads which one.

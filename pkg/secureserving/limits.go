@@ -1,0 +1,64 @@
+package secureserving
+
+import (
+	"net"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+const (
+	// maxConnections bounds the connections served at once: a scraper
+	// needs one, a node has a few. More wait in the kernel's backlog.
+	maxConnections = 32
+	// ioTimeout bounds each write, and a read the server left unbounded
+	// (the body of a request, a connection read while its handler runs).
+	ioTimeout = 30 * time.Second
+)
+
+// boundListener bounds l's connections: their number, and their reads and
+// writes in time. k8s.io/apiserver's SecureServingInfo.Serve builds the
+// http.Server itself, with a 32 s ReadHeaderTimeout, 1 MiB of headers and
+// a 90 s IdleTimeout but no ReadTimeout or WriteTimeout: a client that
+// sends a body slowly, or reads an answer slowly, would hold its
+// connection forever.
+func boundListener(l net.Listener) net.Listener {
+	return &boundedListener{Listener: netutil.LimitListener(l, maxConnections)}
+}
+
+type boundedListener struct{ net.Listener }
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &boundedConn{Conn: c}, nil
+}
+
+// boundedConn never has an unbounded read (net/http clears the read
+// deadline once a request's headers are read: here that is ioTimeout from
+// then), and each write must be done within ioTimeout.
+type boundedConn struct{ net.Conn }
+
+func (c *boundedConn) SetReadDeadline(t time.Time) error {
+	return c.Conn.SetReadDeadline(bounded(t))
+}
+
+func (c *boundedConn) SetDeadline(t time.Time) error {
+	return c.Conn.SetDeadline(bounded(t))
+}
+
+func (c *boundedConn) Write(p []byte) (int, error) {
+	if err := c.Conn.SetWriteDeadline(time.Now().Add(ioTimeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
+}
+
+func bounded(t time.Time) time.Time {
+	if t.IsZero() {
+		return time.Now().Add(ioTimeout)
+	}
+	return t
+}

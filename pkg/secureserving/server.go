@@ -1,0 +1,122 @@
+package secureserving
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/sets"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	apirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/server"
+	genericfilters "k8s.io/apiserver/pkg/server/filters"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+)
+
+// shutdownTimeout is how long a scrape in flight may take once serve
+// stops.
+const shutdownTimeout = 2 * time.Second
+
+// Server is the secure endpoint, bound to its port with its certificate
+// loaded; Serve starts it.
+type Server struct {
+	opts *Options
+	info *server.SecureServingInfo
+}
+
+// Listen binds --bind-address:--secure-port and loads the serving
+// certificate: --tls-cert-file and --tls-private-key-file (reloaded when
+// they change), or the pair in --cert-dir, generated first (self-signed,
+// for hostname, localhost and the bind address) when it is not there.
+// It asks nothing of the API server: an error here is the configuration's
+// (a port in use, a file that cannot be read), and fails serve's start.
+func (o *Options) Listen(hostname string) (*Server, error) {
+	if err := o.Serving.MaybeDefaultWithSelfSignedCerts(hostname, nil, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+		return nil, fmt.Errorf("--cert-dir %s: %w", o.Serving.ServerCert.CertDirectory, err)
+	}
+	var info *server.SecureServingInfo
+	if err := o.Serving.ApplyTo(&info); err != nil {
+		return nil, fmt.Errorf("--secure-port %d: %w", o.Serving.BindPort, err)
+	}
+	info.Listener = boundListener(info.Listener)
+	return &Server{opts: o, info: info}, nil
+}
+
+// Addr is the address the server listens on.
+func (s *Server) Addr() net.Addr { return s.info.Listener.Addr() }
+
+// CertFile is the serving certificate's file, given or generated.
+func (s *Server) CertFile() string { return s.opts.Serving.ServerCert.CertKey.CertFile }
+
+// Serve serves handler behind authentication and authorization until ctx
+// is done, and returns at once. Building them asks the API server for the
+// cluster's authentication configuration (the client CAs of the
+// extension-apiserver-authentication ConfigMap, unless
+// --authentication-skip-lookup): that runs in the background, so a down
+// API server delays nothing but this endpoint, whose connections wait
+// meanwhile; a lookup that fails is tolerated as kube-scheduler tolerates
+// it (--authentication-tolerate-lookup-failure, on by default here):
+// tokens are still reviewed once the API server answers, client
+// certificates are accepted once the ConfigMap could be read, and
+// front-proxy (request-header) clients not at all. An error is logged
+// and ends the endpoint only, never serve. The returned channel is closed
+// when the endpoint has stopped.
+func (s *Server) Serve(ctx context.Context, handler http.Handler, logger klog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopped, err := s.serve(ctx, handler)
+		if err != nil {
+			logger.Error(err, "The secure endpoint is off: serve goes on", "address", s.Addr().String())
+			_ = s.info.Listener.Close()
+			return
+		}
+		logger.Info("Serving /metrics and /healthz securely", "address", s.Addr().String(), "certificate", s.CertFile())
+		<-stopped
+	}()
+	return done
+}
+
+func (s *Server) serve(ctx context.Context, handler http.Handler) (<-chan struct{}, error) {
+	var authn server.AuthenticationInfo
+	if err := s.opts.Authentication.ApplyTo(&authn, s.info, nil); err != nil {
+		return nil, fmt.Errorf("--authentication-kubeconfig %s: %w", s.opts.Authentication.RemoteKubeConfigFile, err)
+	}
+	var authz server.AuthorizationInfo
+	if err := s.opts.Authorization.ApplyTo(&authz); err != nil {
+		return nil, fmt.Errorf("--authorization-kubeconfig %s: %w", s.opts.Authorization.RemoteKubeConfigFile, err)
+	}
+	if ctx.Err() != nil {
+		return nil, errors.New("serve stopped before the secure endpoint was up")
+	}
+	authenticator, err := anonymousOnlyOn(authn.Authenticator, s.opts.Authorization.AlwaysAllowPaths)
+	if err != nil {
+		return nil, fmt.Errorf("--authorization-always-allow-paths: %w", err)
+	}
+	h := buildHandlerChain(handler, authenticator, authz, authn)
+	stopped, _, err := s.info.Serve(h, shutdownTimeout, ctx.Done())
+	return stopped, err
+}
+
+// buildHandlerChain is kube-scheduler's chain around handler, with the
+// request-header configuration passed on (its headers are removed from an
+// authenticated request) and request bodies refused.
+func buildHandlerChain(handler http.Handler, authn authenticatorRequest, authz server.AuthorizationInfo, info server.AuthenticationInfo) http.Handler {
+	resolver := &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	handler = genericapifilters.WithAuthorization(handler, authz.Authorizer, scheme.Codecs)
+	handler = genericapifilters.WithAuthentication(handler, authn, genericapifilters.Unauthorized(scheme.Codecs), nil, info.RequestHeaderConfig)
+	handler = genericapifilters.WithRequestInfo(handler, resolver)
+	handler = genericapifilters.WithCacheControl(handler)
+	handler = genericfilters.WithHTTPLogging(handler)
+	handler = genericfilters.WithPanicRecovery(handler, resolver)
+	// No endpoint reads a body: a client that sends one is not waited for.
+	return http.MaxBytesHandler(handler, 0)
+}
+
+// Close closes the listener: the endpoint is down, whether Serve was
+// called or not (Serve's own stop is its context's).
+func (s *Server) Close() error { return s.info.Listener.Close() }
