@@ -87,6 +87,8 @@ type cluster struct {
 	// kcm and sched are kube-controller-manager and kube-scheduler, which
 	// only a fleet's control plane runs (startControllers).
 	kcm, sched *child
+	// securePort is serve's secure endpoint's port (0: off).
+	securePort int
 }
 
 // hostname is the node's name.

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,7 +16,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The fleet's nodes.
@@ -86,6 +90,7 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	access := f.setUpSecureMetrics(t, ctx)
 	roots := map[*cluster]string{}
 	before := map[*cluster]map[string]string{}
 	own := map[*cluster][]string{}
@@ -131,6 +136,33 @@ func TestFleet(t *testing.T) {
 			w.freeRun(t, on(pod(a.ns, "app-again-"+strconv.Itoa(i+1), appImage, ifNotPresent, withSecret), n))
 		})
 	}
+	w1.step(t, "every node's metrics through the API server's authentication and authorization", func(t *testing.T) {
+		for _, n := range f.nodes {
+			for _, c := range []struct {
+				who, token string
+				status     int
+			}{
+				{"no token", "", http.StatusUnauthorized},
+				{"a ServiceAccount with no RBAC rule", access.stranger, http.StatusForbidden},
+				{"a ServiceAccount bound to nonResourceURLs /metrics", access.reader, http.StatusOK},
+			} {
+				status, body, err := n.secureGet(ctx, "/metrics", c.token)
+				require.NoError(t, err, "%s's secure /metrics", n.hostname())
+				assert.Equal(t, c.status, status, "%s's /metrics, %s: %s", n.hostname(), c.who, lastBytes([]byte(body), 300))
+				if c.status == http.StatusOK {
+					assert.Contains(t, body, "pullguard_criproxy_requests_total", "%s's serve's metrics", n.hostname())
+				}
+			}
+			status, _, err := n.secureGet(ctx, "/healthz", "")
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, status, "%s's /healthz needs no token", n.hostname())
+			for _, l := range n.pgOut.from(0) {
+				for _, tok := range []string{access.reader, access.stranger} {
+					require.NotContains(t, l, tok, "a token in %s's serve log", n.hostname())
+				}
+			}
+		}
+	})
 	for _, n := range f.nodes {
 		w1.step(t, "pullguard uninstall --host-root on "+n.hostname()+" gives its kubelet's files back", func(t *testing.T) {
 			require.Contains(t, roots, n)
@@ -295,4 +327,112 @@ func (c *cluster) addNode(ctx context.Context, name string, m mode) *cluster {
 	}
 	n.startKubelet(ctx)
 	return n
+}
+
+// metricsAccess is what the nodes' secure metrics need: serve's own
+// identity (a ServiceAccount's kubeconfig, bound to system:auth-delegator
+// and extension-apiserver-authentication-reader) and the tokens of two
+// clients, one bound to a ClusterRole that may get /metrics, one bound to
+// nothing.
+type metricsAccess struct {
+	serveKubeconfig  string
+	reader, stranger string
+}
+
+// setUpSecureMetrics creates the ServiceAccounts and RBAC objects, and
+// gives each node's serve the flags of its secure endpoint on a port of
+// its own (on 127.0.0.1, with a serving certificate of the test's CA).
+func (f *fleet) setUpSecureMetrics(t *testing.T, ctx context.Context) *metricsAccess {
+	cp := f.cp
+	cs := cp.client
+	for _, ns := range []string{"pullguard-system", "monitoring"} {
+		_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	token := func(ns, name string) string {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		hour := int64(3600)
+		tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &hour}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		return tr.Status.Token
+	}
+	subject := func(ns, name string) []rbacv1.Subject {
+		return []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}
+	}
+	// serve's identity, as the DaemonSet provisions it.
+	serveToken := token("pullguard-system", "pullguard-serve")
+	_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pullguard-serve:auth-delegator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   subject("pullguard-system", "pullguard-serve"),
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.RbacV1().RoleBindings("kube-system").Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "pullguard-serve:authentication-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "extension-apiserver-authentication-reader"},
+		Subjects:   subject("pullguard-system", "pullguard-serve"),
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	kc := filepath.Join(cp.dir, "pki", "pullguard-serve.kubeconfig")
+	require.NoError(t, os.WriteFile(kc, []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: e2e, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: e2e, user: {token: %q}}]
+contexts: [{name: e2e, context: {cluster: e2e, user: e2e}}]
+current-context: e2e
+`, cp.apiURL, cp.pki.caFile, serveToken)), 0o600))
+
+	// The scraper's ClusterRole, bound to one client only.
+	_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "pullguard-metrics-reader"},
+		Rules:      []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus:pullguard-metrics-reader"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "pullguard-metrics-reader"},
+		Subjects:   subject("monitoring", "prometheus"),
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	access := &metricsAccess{serveKubeconfig: kc, reader: token("monitoring", "prometheus"), stranger: token("monitoring", "stranger")}
+
+	for _, n := range f.nodes {
+		port, err := freePort()
+		require.NoError(t, err)
+		n.securePort = port
+		cert, key, err := cp.pki.issue("serve-"+n.hostname(), n.hostname(), nil, true)
+		require.NoError(t, err)
+		n.mode.serveArgs = append(n.mode.serveArgs, "--secure-port", strconv.Itoa(port), "--bind-address", "127.0.0.1",
+			"--tls-cert-file", cert, "--tls-private-key-file", key,
+			"--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc)
+	}
+	return access
+}
+
+// secureGet is GET path on n's secure endpoint with token (none: ""): its
+// status and body, read up to 4 MiB.
+func (n *cluster) secureGet(ctx context.Context, path, token string) (int, string, error) {
+	ca, err := os.ReadFile(n.pki.caFile)
+	if err != nil {
+		return 0, "", err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:"+strconv.Itoa(n.securePort)+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	return resp.StatusCode, string(body), err
 }
