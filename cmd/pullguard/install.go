@@ -27,6 +27,7 @@ type installOptions struct {
 	dryRun         bool
 	restartKubelet bool
 	keepRecords    bool
+	serveArgs      []string
 	timeout        time.Duration
 	// systemd dials the host's systemd; tests give a fake.
 	systemd func(ctx context.Context, root string) (nodeinstall.Systemd, func(), error)
@@ -73,6 +74,7 @@ install changes nothing.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.install(cmd.Context(), cmd.OutOrStdout()) },
 	}
 	o.addFlags(cmd)
+	cmd.Flags().StringArrayVar(&o.serveArgs, "serve-arg", nil, "a flag of serve (--name=value) set on its command line in its drop-in, over the unit's; repeat for more (uninstall removes the drop-in)")
 	return cmd
 }
 
@@ -102,10 +104,25 @@ systemctl stop pullguard.socket pullguard.service.`,
 }
 
 func (o *installOptions) nodeOptions() nodeinstall.Options {
-	return nodeinstall.Options{Root: o.hostRoot}
+	return nodeinstall.Options{Root: o.hostRoot, ServeArgs: o.serveArgs}
+}
+
+// checkServeArgs refuses flags serve would refuse at start: a drop-in
+// with them would leave serve failing, the kubelet's files pointing at it.
+func checkServeArgs(args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if err := newServeCommand().ParseFlags(args); err != nil {
+		return fmt.Errorf("--serve-arg: serve refuses it: %w", err)
+	}
+	return nil
 }
 
 func (o *installOptions) install(ctx context.Context, out io.Writer) error {
+	if err := checkServeArgs(o.serveArgs); err != nil {
+		return err
+	}
 	p, err := nodeinstall.PlanInstall(o.nodeOptions())
 	if err != nil {
 		return err

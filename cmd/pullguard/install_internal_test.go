@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,34 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
+	"github.com/pullguard/pullguard/pkg/nodeinstall/nodeinstalltest"
 )
-
-// recordingSystemd is a fake host systemd that records the calls; the
-// call named fail fails.
-type recordingSystemd struct {
-	calls []string
-	fail  string
-}
-
-func (f *recordingSystemd) do(call string) error {
-	f.calls = append(f.calls, call)
-	if call == f.fail {
-		return errors.New("systemd job failed")
-	}
-	return nil
-}
-func (f *recordingSystemd) Reload(context.Context) error {
-	return f.do("daemon-reload")
-}
-func (f *recordingSystemd) Enable(_ context.Context, u ...string) error {
-	return f.do(fmt.Sprint("enable ", u))
-}
-func (f *recordingSystemd) Disable(_ context.Context, u ...string) error {
-	return f.do(fmt.Sprint("disable ", u))
-}
-func (f *recordingSystemd) Start(_ context.Context, u string) error   { return f.do("start " + u) }
-func (f *recordingSystemd) Restart(_ context.Context, u string) error { return f.do("restart " + u) }
-func (f *recordingSystemd) Stop(_ context.Context, u string) error    { return f.do("stop " + u) }
 
 // TestInstallRestartKubelet: --restart-kubelet drives the host's systemd
 // (a fake here) and waits for doctor's checks (a fake that passes at the
@@ -51,7 +24,7 @@ func (f *recordingSystemd) Stop(_ context.Context, u string) error    { return f
 func TestInstallRestartKubelet(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/eks")))
-	sd := &recordingSystemd{}
+	sd := &nodeinstalltest.Systemd{}
 	var dialed []string
 	checks := 0
 	defer func(d, r any, i time.Duration) {
@@ -83,14 +56,14 @@ func TestInstallRestartKubelet(t *testing.T) {
 	out := run(newInstallCommand(), "--host-root", root, "--restart-kubelet")
 	assert.Contains(t, out, "the kubelet restarted onto serve")
 	assert.Equal(t, []string{root}, dialed, "systemd under the host root")
-	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"}, sd.calls)
+	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"}, sd.Calls())
 	assert.Equal(t, 2, checks, "doctor's checks until they pass")
 	assert.FileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
 
-	sd.calls = nil
+	sd.Reset()
 	out = run(newUninstallCommand(), "--host-root", root, "--restart-kubelet")
 	assert.Contains(t, out, "the kubelet restarted on its own settings")
-	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
+	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.Calls())
 	assert.NoFileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
 }
 
@@ -100,7 +73,7 @@ func TestInstallRestartKubelet(t *testing.T) {
 func TestInstallRestartKubeletServeFails(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/eks")))
-	sd := &recordingSystemd{fail: "start pullguard.service"}
+	sd := &nodeinstalltest.Systemd{Fail: "start pullguard.service"}
 	defer func(d any) {
 		dialSystemd = d.(func(context.Context, string) (nodeinstall.Systemd, func(), error))
 	}(dialSystemd)
@@ -111,10 +84,10 @@ func TestInstallRestartKubeletServeFails(t *testing.T) {
 	err := cmd.Execute()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, nodeinstall.ErrKubeletNotRestarted)
-	assert.Contains(t, err.Error(), "starting pullguard.service: systemd job failed")
+	assert.Contains(t, err.Error(), "starting pullguard.service: job failed")
 	assert.Contains(t, err.Error(), "its files now point at serve's unix:///run/pullguard/pullguard.sock")
 	assert.Contains(t, err.Error(), "pullguard uninstall")
-	assert.NotContains(t, sd.calls, "restart kubelet.service")
+	assert.NotContains(t, sd.Calls(), "restart kubelet.service")
 }
 
 // TestInstallDoctorReadsTheInstalledKubelet: the doctor that

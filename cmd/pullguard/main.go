@@ -91,6 +91,6 @@ ErrImageNeverPull.`,
 		_ = root.PersistentFlags().MarkHidden(name)
 	}
 	verflag.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand(), newCredentialProviderCommand(), newInstallCommand(), newUninstallCommand())
+	root.AddCommand(newRunCommand(), newRecordsCommand(), newDemoCommand(), newRegistryCommand(), newServeCommand(), newDoctorCommand(), newConfigCommand(), newCredentialProviderCommand(), newInstallCommand(), newUninstallCommand(), newNodeAgentCommand())
 	return root
 }

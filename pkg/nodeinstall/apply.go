@@ -77,7 +77,7 @@ func Install(o Options, p *Plan) (*Manifest, error) {
 				u.backups = append(u.backups, r.Backup)
 			}
 		}
-		r.Written = hashOf(c.Data)
+		r.Written, r.Opaque = hashOf(c.Data), c.Opaque
 	}
 	// Parents before children, so that uninstall removes them in reverse.
 	byDepth := func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") }
@@ -202,7 +202,7 @@ func PlanUninstall(o Options, keepRecords bool) (*UninstallPlan, error) {
 		if err != nil && !missing {
 			return nil, fmt.Errorf("reading %s: %w", r.Path, err)
 		}
-		c := Change{Path: r.Path, Old: cur, Mode: r.Mode}
+		c := Change{Path: r.Path, Old: cur, Mode: r.Mode, Opaque: r.Opaque}
 		switch {
 		case r.Original == "" && missing:
 			c.Action, c.Why = Unchanged, "already removed"

@@ -249,6 +249,9 @@ func lineOf(data []byte, name, what string) int {
 // the kernel's ELOOP does (40).
 const maxLinks = 40
 
+// HostPath is the node's path p under root, resolved as hostPath does.
+func HostPath(root, p string) string { return hostPath(root, p) }
+
 // hostPath is the node's path p under root, with the node's symbolic
 // links resolved as the node resolves them: an absolute link's target
 // is under root too, and ".." stops at root, so that the path never

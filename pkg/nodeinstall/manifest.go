@@ -49,6 +49,8 @@ type Record struct {
 	Mode     fs.FileMode `json:"mode"`
 	// Written is the SHA-256 of what install wrote.
 	Written string `json:"written"`
+	// Opaque is a file whose bytes are not shown (a binary, a token).
+	Opaque bool `json:"opaque,omitempty"`
 }
 
 func hashOf(data []byte) string {

@@ -65,6 +65,11 @@ type Change struct {
 	Data []byte
 	Old  []byte
 	Mode fs.FileMode
+	// Serve says only serve reads the file (its units, drop-in, binary,
+	// kubeconfig): a change of it restarts serve, not the kubelet.
+	Serve bool
+	// Opaque is a file whose bytes are not shown (a binary, a token).
+	Opaque bool
 }
 
 // Plan is what an install does: its changes, and what the operator should
@@ -91,6 +96,34 @@ type Options struct {
 	// KubeletVersion returns what `kubelet --version` prints; nil runs
 	// the kubelet's binary under Root.
 	KubeletVersion func(binary string) (string, error)
+	// Binary, when set, is the pullguard binary install puts on the node
+	// for serve to run, recorded in the manifest so that uninstall removes
+	// it. On a node whose package put serve's units under
+	// /usr/lib/systemd/system the package's binary runs, and Binary is
+	// not copied.
+	Binary *Binary
+	// ServeArgs are flags (--name=value) set on serve's command line in
+	// its drop-in, over the unit's own.
+	ServeArgs []string
+	// Files are more files install writes and records (serve's
+	// kubeconfig), each only read by serve.
+	Files []File
+}
+
+// Binary is the pullguard binary install copies: Source, a file of this
+// process (such as /proc/self/exe), to Path, the node's.
+type Binary struct {
+	Path, Source string
+}
+
+// File is a file install writes: the node's Path, its bytes and mode;
+// Opaque hides its bytes from Print (a token).
+type File struct {
+	Path   string
+	Data   []byte
+	Mode   fs.FileMode
+	Why    string
+	Opaque bool
 }
 
 func (o Options) kubeletVersion(binary string) (string, error) {
@@ -193,10 +226,55 @@ func PlanInstall(o Options) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := p.change(o, ServeDropIn, dropIn, "serve reads the kubelet's files and asks its runtime"); err != nil {
+	if err := p.changeFile(o, Change{Path: ServeDropIn, Data: dropIn, Why: "serve reads the kubelet's files and asks its runtime", Serve: true}); err != nil {
 		return nil, err
 	}
+	for _, f := range o.Files {
+		if !path.IsAbs(f.Path) {
+			return nil, fmt.Errorf("file %q: not an absolute path of the node", f.Path)
+		}
+		if err := p.changeFile(o, Change{Path: f.Path, Data: f.Data, Mode: f.Mode, Why: f.Why, Serve: true, Opaque: f.Opaque}); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// binary plans the copy of o.Binary and returns serve's ExecStart words
+// with it, unless serve's unit is the package's.
+func (p *Plan) binary(o Options, words []string, packaged bool) ([]string, error) {
+	if o.Binary == nil {
+		return words, nil
+	}
+	if packaged {
+		p.Notes = append(p.Notes, fmt.Sprintf("serve's units are the package's: its binary %s runs, %s is not copied", words[0], o.Binary.Path))
+		return words, nil
+	}
+	if !path.IsAbs(o.Binary.Path) {
+		return nil, fmt.Errorf("pullguard's binary %q: not an absolute path of the node", o.Binary.Path)
+	}
+	data, err := os.ReadFile(o.Binary.Source)
+	if err != nil {
+		return nil, fmt.Errorf("pullguard's binary: %w", err)
+	}
+	if err := p.changeFile(o, Change{Path: o.Binary.Path, Data: data, Mode: 0o755, Why: "pullguard's binary, which serve runs", Serve: true, Opaque: true}); err != nil {
+		return nil, err
+	}
+	words = slices.Clone(words)
+	words[0] = o.Binary.Path
+	return words, nil
+}
+
+// serveArgs sets o.ServeArgs on serve's words.
+func serveArgs(words, args []string) ([]string, error) {
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !strings.HasPrefix(a, "--") || !ok || name == "" || value == "" {
+			return nil, fmt.Errorf("serve flag %q: not --name=value", a)
+		}
+		words = setFlag(words, name, value)
+	}
+	return words, nil
 }
 
 // units plans serve's units and the kubelet's systemd drop-in from deploy's
@@ -208,6 +286,7 @@ func (p *Plan) units(o Options) ([]string, error) {
 		return nil, fmt.Errorf("deploy files: %w", err)
 	}
 	var serveUnit []byte
+	servePackaged := false
 	for _, e := range entries {
 		data, err := fs.ReadFile(deploy.Files, "systemd/"+e.Name())
 		if err != nil {
@@ -228,16 +307,16 @@ func (p *Plan) units(o Options) ([]string, error) {
 			}
 		}
 		if e.Name() == ServeUnit {
-			serveUnit = data
+			serveUnit, servePackaged = data, packaged != ""
 		}
 		if packaged != "" {
 			continue
 		}
-		why := "a unit of pullguard"
+		why, serve := "a unit of pullguard", true
 		if strings.HasPrefix(rel, "kubelet.service.d/") {
-			why = "the kubelet starts after serve"
+			why, serve = "the kubelet starts after serve", false
 		}
-		if err := p.change(o, dest, data, why); err != nil {
+		if err := p.changeFile(o, Change{Path: dest, Data: data, Why: why, Serve: serve}); err != nil {
 			return nil, err
 		}
 	}
@@ -247,6 +326,12 @@ func (p *Plan) units(o Options) ([]string, error) {
 	words, err := execStart(serveUnit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ServeUnit, err)
+	}
+	if words, err = p.binary(o, words, servePackaged); err != nil {
+		return nil, err
+	}
+	if words, err = serveArgs(words, o.ServeArgs); err != nil {
+		return nil, err
 	}
 	flags := map[string]Flag{}
 	ParseFlags(words[1:], ServeUnit, 0, flags)
@@ -342,17 +427,28 @@ func (p *Plan) canAddConfigDir(o Options) bool {
 	return true
 }
 
-// change plans writing data at path, unless path holds it already.
+// change plans writing data at path, unless path holds it already; a
+// file that is there keeps its mode.
 func (p *Plan) change(o Options, path string, data []byte, why string) error {
-	c := Change{Path: path, Action: Create, Data: data, Why: why, Mode: 0o644}
+	return p.changeFile(o, Change{Path: path, Data: data, Why: why})
+}
+
+// changeFile plans c (its Path, Data, Why, Serve and Opaque; its Mode, or
+// the mode of the file there, 0644 for a new one when 0).
+func (p *Plan) changeFile(o Options, c Change) error {
+	path, keepMode := c.Path, c.Mode == 0
+	c.Action = Create
+	if keepMode {
+		c.Mode = 0o644
+	}
 	old, err := os.ReadFile(hostPath(o.Root, path))
 	switch {
 	case err == nil:
 		c.Old, c.Action = old, Modify
-		if fi, err := os.Stat(hostPath(o.Root, path)); err == nil {
+		if fi, err := os.Stat(hostPath(o.Root, path)); err == nil && keepMode {
 			c.Mode = fi.Mode().Perm()
 		}
-		if bytes.Equal(old, data) {
+		if bytes.Equal(old, c.Data) {
 			c.Action = Unchanged
 		}
 	case !errors.Is(err, fs.ErrNotExist):
@@ -364,6 +460,12 @@ func (p *Plan) change(o Options, path string, data []byte, why string) error {
 	}
 	p.Changes = append(p.Changes, c)
 	return nil
+}
+
+// KubeletChanged says whether the plan changes a file the kubelet reads:
+// then the kubelet restarts, else serve alone.
+func (p *Plan) KubeletChanged() bool {
+	return slices.ContainsFunc(p.Changes, func(c Change) bool { return c.Action != Unchanged && !c.Serve })
 }
 
 // Changed says whether the plan changes any file.

@@ -11,7 +11,7 @@ const maxShownLines = 30
 
 // Print writes changes as a list, one file a line ("action path: why"),
 // with the lines a change adds ("+") and removes ("-") below a changed
-// file and a small created one.
+// file and a small created one; never those of an Opaque one.
 func Print(w io.Writer, changes []Change) {
 	for _, c := range changes {
 		fmt.Fprintf(w, "%-9s %s", c.Action, c.Path)
@@ -19,6 +19,9 @@ func Print(w io.Writer, changes []Change) {
 			fmt.Fprintf(w, ": %s", c.Why)
 		}
 		fmt.Fprintln(w)
+		if c.Opaque {
+			continue
+		}
 		switch c.Action {
 		case Modify, Restore:
 			for _, l := range diffLines(lines(c.Old), lines(c.Data)) {

@@ -79,6 +79,24 @@ func (r *Restarter) Activate(ctx context.Context, units []string) error {
 	return r.wait(ctx)
 }
 
+// RestartServe reloads systemd, enables serve's units and restarts
+// serve's service alone (its binary, units or flags changed; the kubelet's
+// files did not), then waits until Ready passes. The kubelet keeps
+// running: serve's socket holds its calls meanwhile.
+func (r *Restarter) RestartServe(ctx context.Context, units []string) error {
+	sd := r.Systemd
+	if err := sd.Reload(ctx); err != nil {
+		return fmt.Errorf("systemd daemon-reload: %w", err)
+	}
+	if err := sd.Enable(ctx, units...); err != nil {
+		return fmt.Errorf("enabling %v: %w", units, err)
+	}
+	if err := sd.Restart(ctx, ServeUnit); err != nil {
+		return fmt.Errorf("restarting %s: %w", ServeUnit, err)
+	}
+	return r.wait(ctx)
+}
+
 // Deactivate disables serve's units, reloads systemd (uninstall has given
 // back the kubelet's files), restarts the kubelet, stops serve, and waits
 // until Ready passes.
@@ -112,6 +130,10 @@ func unitOrder(name string) int {
 	}
 	return 1
 }
+
+// Wait polls Ready every Interval until it passes or ctx ends (doctor's
+// --wait).
+func (r *Restarter) Wait(ctx context.Context) error { return r.wait(ctx) }
 
 func (r *Restarter) wait(ctx context.Context) error {
 	if r.Ready == nil {

@@ -13,34 +13,11 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
+	"github.com/pullguard/pullguard/pkg/nodeinstall/nodeinstalltest"
 )
 
-// fakeSystemd records the calls, and fails the one named in fail.
-type fakeSystemd struct {
-	calls []string
-	fail  string
-}
-
-var _ nodeinstall.Systemd = (*fakeSystemd)(nil)
-
-func (f *fakeSystemd) do(call string) error {
-	f.calls = append(f.calls, call)
-	if call == f.fail {
-		return errors.New("job failed")
-	}
-	return nil
-}
-
-func (f *fakeSystemd) Reload(context.Context) error { return f.do("daemon-reload") }
-func (f *fakeSystemd) Enable(_ context.Context, units ...string) error {
-	return f.do(fmt.Sprint("enable ", units))
-}
-func (f *fakeSystemd) Disable(_ context.Context, units ...string) error {
-	return f.do(fmt.Sprint("disable ", units))
-}
-func (f *fakeSystemd) Start(_ context.Context, u string) error   { return f.do("start " + u) }
-func (f *fakeSystemd) Restart(_ context.Context, u string) error { return f.do("restart " + u) }
-func (f *fakeSystemd) Stop(_ context.Context, u string) error    { return f.do("stop " + u) }
+// fakeSystemd is nodeinstalltest's fake of the host's systemd.
+type fakeSystemd = nodeinstalltest.Systemd
 
 // readyAfter is ready from its n-th call on.
 func readyAfter(n int, calls *int) func(context.Context) error {
@@ -87,7 +64,7 @@ func TestRestarter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sd := &fakeSystemd{fail: tt.fail}
+			sd := &fakeSystemd{Fail: tt.fail}
 			clock := testingclock.NewFakeClock(time.Unix(0, 0))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -120,7 +97,7 @@ func TestRestarter(t *testing.T) {
 			} else {
 				require.NoError(t, err)
 			}
-			assert.Equal(t, tt.wantCalls, sd.calls)
+			assert.Equal(t, tt.wantCalls, sd.Calls())
 			assert.Equal(t, tt.wantPolls, polls)
 		})
 	}
@@ -131,11 +108,11 @@ func TestRestarterDeactivate(t *testing.T) {
 	var order []string
 	r := &nodeinstall.Restarter{Systemd: sd}
 	err := r.Deactivate(context.Background(), []string{"pullguard.service", "pullguard.socket"}, func() error {
-		order = append(order, fmt.Sprintf("files given back after %d calls", len(sd.calls)))
+		order = append(order, fmt.Sprintf("files given back after %d calls", len(sd.Calls())))
 		return nil
 	})
 	require.NoError(t, err)
-	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.calls)
+	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.Calls())
 	assert.Equal(t, []string{"files given back after 1 calls"}, order, "the units are disabled before their files go, and systemd reloads after")
 }
 
