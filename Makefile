@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit release release-test release-check e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run e2e-fleet bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit release image release-test release-check e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run e2e-fleet bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -47,6 +47,20 @@ VERSION ?=
 release:
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=v1.2.3"; exit 2; }
 	cd tools/release && $(GO) run . -C ../.. -version '$(VERSION)' -dist dist -clean
+
+## image: dist/ for VERSION with the binaries and the images only (no
+## .deb or .rpm): per architecture a docker-archive
+## (pullguard-VERSION-image-linux-ARCH.tar, tagged
+## ghcr.io/pullguard/pullguard:VERSION), the OCI archive of the index of
+## both (pullguard-VERSION-image-oci.tar), and SHA256SUMS. Built with no
+## network, as reproducibly as the release. ARCH=amd64 builds one
+## architecture; PUSH=127.0.0.1:5000/pullguard/pullguard:VERSION pushes the
+## index to a registry (docs/operations.md, "The DaemonSet").
+ARCH ?= amd64,arm64
+PUSH ?=
+image:
+	@test -n "$(VERSION)" || { echo "usage: make image VERSION=v1.2.3 [ARCH=amd64] [PUSH=registry/repo:tag]"; exit 2; }
+	cd tools/release && $(GO) run . -C ../.. -version '$(VERSION)' -dist dist -clean -image-only -arch '$(ARCH)' -push '$(PUSH)'
 
 ## release-test: tools/release's tests: a release of this machine's
 ## architecture built twice from the checkout (the second build links again

@@ -19,6 +19,7 @@ require (
 
 require (
 	github.com/josharian/intern v1.0.0 // indirect
+	github.com/lithammer/dedent v1.1.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	go.etcd.io/bbolt v1.5.0 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect

@@ -1,13 +1,16 @@
 // Command release builds a pullguard release into a dist directory: static
 // linux binaries stamped with the version, the commit and the commit's
 // date; a .deb and an .rpm per architecture, built with nfpm; and
-// SHA256SUMS. Everything in it is a function of the commit, the version and
+// an image per architecture (a docker-archive each, and an OCI archive of
+// the index of all of them: image.go); and SHA256SUMS. Everything in it is a function of the commit, the version and
 // the Go toolchain: the build date is the commit's date, never the clock,
 // so two builds of one commit are byte-identical.
 //
 //	go run ./tools/release -C ../.. -version v1.2.3 -dist dist
 //
-// It is `make release VERSION=v1.2.3`.
+// It is `make release VERSION=v1.2.3`. `make image VERSION=v1.2.3` builds
+// the binaries and images only (-image-only), and PUSH=REF pushes the
+// index of the images to a registry (-push).
 package main
 
 import (
@@ -27,6 +30,8 @@ import (
 	"time"
 
 	"github.com/Masterminds/semver/v3"
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/goreleaser/nfpm/v2"
 	"github.com/goreleaser/nfpm/v2/deb"
 	"github.com/goreleaser/nfpm/v2/files"
@@ -45,6 +50,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.version, "version", "", "the release's version: semver with a leading v, e.g. v1.2.3 or v1.3.0-rc.1")
 	fs.StringVar(&o.dist, "dist", "dist", "the directory to write (relative to -C); it must be missing or empty")
 	fs.BoolVar(&o.clean, "clean", false, "remove the dist directory first, once the version is accepted")
+	fs.BoolVar(&o.imageOnly, "image-only", false, "build the binaries and images only, no .deb or .rpm")
+	fs.StringVar(&o.push, "push", "", "push the index of the images built to this reference (e.g. 127.0.0.1:5000/pullguard/pullguard:v1.2.3), with the docker config's credentials")
 	arches := fs.String("arch", "amd64,arm64", "comma-separated linux architectures")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -69,7 +76,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 type options struct {
 	repo, version, dist string
 	arches              []string
-	clean               bool
+	clean, imageOnly    bool
+	push                string
 }
 
 // stamp is what a release binary carries: component-base's version
@@ -201,10 +209,15 @@ func release(o options, log io.Writer) ([]artifact, error) {
 	if err != nil {
 		return nil, err
 	}
+	bins := map[string]string{}
 	for _, arch := range o.arches {
 		bin := filepath.Join(o.dist, binaryName(s.version, arch))
 		if err := buildBinary(o.repo, arch, s, bin, log); err != nil {
 			return nil, err
+		}
+		bins[arch] = bin
+		if o.imageOnly {
+			continue
 		}
 		for _, p := range packagers {
 			if _, err := writePackage(p, o.repo, o.dist, bin, arch, s, contents); err != nil {
@@ -212,8 +225,22 @@ func release(o options, log io.Writer) ([]artifact, error) {
 			}
 		}
 	}
+	idx, err := writeImages(o.dist, bins, o.arches, s)
+	if err != nil {
+		return nil, err
+	}
 	if err := writeSums(o.dist); err != nil {
 		return nil, err
+	}
+	if o.push != "" {
+		if err := pushImage(idx, o.push, remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
+			return nil, err
+		}
+		digest, err := idx.Digest()
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(log, "release: pushed %s@%s\n", o.push, digest)
 	}
 	entries, err := os.ReadDir(o.dist)
 	if err != nil {

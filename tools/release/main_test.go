@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/blakesmith/ar"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	rpmutils "github.com/sassoftware/go-rpmutils"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -286,6 +288,7 @@ func TestReleaseCheck(t *testing.T) {
 		dists[i] = filepath.Join(clone, "dist")
 	}
 	assert.Equal(t, readSums(t, dists[0]), readSums(t, dists[1]), "two builds of one commit are byte-identical")
+	assert.Contains(t, readSums(t, dists[0]), ociArchiveName(version))
 	s, err := gitStamp(repoRoot, version)
 	require.NoError(t, err)
 	s.treeState = "clean"
@@ -378,6 +381,21 @@ func checkDist(t *testing.T, repo, dist string, s stamp, arches []string) {
 		t.Run("rpm "+arch, func(t *testing.T) {
 			require.NotEmpty(t, rpmName, "an .rpm for %s in %v", arch, sums)
 			checkRPM(t, filepath.Join(dist, rpmName), s, wantFiles, units)
+		})
+		t.Run("image "+arch, func(t *testing.T) {
+			require.Contains(t, sums, dockerArchiveName(s.version, arch))
+			tag, err := name.NewTag(imageRef(s.version))
+			require.NoError(t, err)
+			img, err := tarball.ImageFromPath(filepath.Join(dist, dockerArchiveName(s.version, arch)), &tag)
+			require.NoError(t, err)
+			data, err := os.ReadFile(bin)
+			require.NoError(t, err)
+			checkImage(t, img, arch, s, data)
+			layers, err := img.Layers()
+			require.NoError(t, err)
+			size, err := layers[0].Size()
+			require.NoError(t, err)
+			t.Logf("linux/%s image: %d bytes compressed (its binary %d)", arch, size, len(data))
 		})
 	}
 }
