@@ -89,6 +89,13 @@ type cluster struct {
 	kcm, sched *child
 	// securePort is serve's secure endpoint's port (0: off).
 	securePort int
+	// fleet is a fleet's control plane (startFleet): the API server's
+	// ServiceAccount admission is on (kube-controller-manager creates
+	// each namespace's default ServiceAccount and fills token Secrets;
+	// the DaemonSet's pods get their token), and privileged pods are
+	// allowed (--allow-privileged, as kubeadm's API server has it: the
+	// DaemonSet's agent is one).
+	fleet bool
 }
 
 // hostname is the node's name.
@@ -213,13 +220,17 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 		"--client-ca-file", p.caFile, "--anonymous-auth=false",
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
-		// No controller manager creates the default service accounts.
-		"--disable-admission-plugins", "ServiceAccount",
 		"--service-account-issuer", "https://pullguard-e2e.invalid", "--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none",
 		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"),
+	}
+	if c.fleet {
+		args = append(args, "--allow-privileged=true")
+	} else {
+		// No controller manager creates the default service accounts.
+		args = append(args, "--disable-admission-plugins", "ServiceAccount")
 	}
 	if c.bins.apiserverRelease.minor >= imageVolumeDigestMinor {
 		// The API server keeps an image volume's

@@ -75,6 +75,9 @@ func TestFleet(t *testing.T) {
 	var err error
 	w1.tc, err = n1.newTenant(ctx, "team-c", "carol")
 	require.NoError(t, err)
+	for _, ns := range []string{w1.a.ns, w1.b.ns, w1.tc.ns} {
+		require.NoError(t, awaitDefaultServiceAccount(ctx, n1, ns))
+	}
 	// The tenants are the cluster's; each node has its own world.
 	w2 := &world{ctx: ctx, c: n2, a: w1.a, b: w1.b, tc: w1.tc}
 	a, b, tc := w1.a, w1.b, w1.tc
@@ -177,6 +180,9 @@ func TestFleet(t *testing.T) {
 			n.pg.stop(15 * time.Second)
 		})
 	}
+	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; no systemd runs the nodes' kubelets, so the agent rolls each node back as it was", func(t *testing.T) {
+		f.daemonSetWithoutSystemd(t, ctx, roots)
+	})
 	t.Logf("TestFleet took %s", time.Since(suite).Round(10*time.Millisecond))
 }
 
@@ -227,6 +233,7 @@ type fleet struct {
 func startFleet(t *testing.T, ctx context.Context, bins binaries, preload func(*cluster)) *fleet {
 	t.Helper()
 	cp := newCluster(t, mode{name: "fleet"}, bins)
+	cp.fleet = true
 	cp.startRegistry(ctx)
 	if preload != nil {
 		preload(cp)
@@ -435,4 +442,14 @@ func (n *cluster) secureGet(ctx context.Context, path, token string) (int, strin
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	return resp.StatusCode, string(body), err
+}
+
+// awaitDefaultServiceAccount waits until kube-controller-manager has made
+// the namespace's default ServiceAccount, which the ServiceAccount
+// admission plugin requires of every pod.
+func awaitDefaultServiceAccount(ctx context.Context, c *cluster, ns string) error {
+	return poll(60*time.Second, 100*time.Millisecond, func() (bool, error) {
+		_, err := c.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	})
 }

@@ -209,7 +209,10 @@ func startMountNS(ctx context.Context, dir string) (*mountNS, error) {
 		ns.shadowed[d] = own
 		script += fmt.Sprintf("mount --bind %q %q\n", own, d)
 	}
-	script += "echo ready\nexec sleep infinity\n"
+	// Shared within the namespace (a peer group of its own: unshare made
+	// every mount private first), as a node's / is: a volume with
+	// mountPropagation HostToContainer needs its source shared or slave.
+	script += "mount --make-rshared /\necho ready\nexec sleep infinity\n"
 	out, err := newOutput(filepath.Join(dir, "namespace.log"))
 	if err != nil {
 		return nil, err
