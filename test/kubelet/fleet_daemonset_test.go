@@ -181,7 +181,8 @@ func (f *fleet) agentPods(ctx context.Context, ds *appsv1.DaemonSet) (map[string
 var agentOutcomes = map[string]bool{
 	nodeagent.ReasonInstalled: true, nodeagent.ReasonServeUpdated: true, nodeagent.ReasonUpToDate: true,
 	nodeagent.ReasonRefused: true, nodeagent.ReasonRolledBack: true, nodeagent.ReasonDoctorFailed: true,
-	nodeagent.ReasonFailed: true,
+	nodeagent.ReasonFailed:      true,
+	nodeagent.ReasonUninstalled: true, nodeagent.ReasonNotInstalled: true, nodeagent.ReasonUninstallFailed: true,
 }
 
 // agentEvents are the events the agent recorded on its pod, "reason:
@@ -269,34 +270,7 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 
 	// Every node gets the agent, which reports: an event of its own on its
 	// pod, the pod not ready.
-	var pods map[string]corev1.Pod
-	events := map[string][]string{}
-	err = poll(5*time.Minute, time.Second, func() (bool, error) {
-		var err error
-		if pods, err = f.agentPods(ctx, ds); err != nil {
-			return false, err
-		}
-		done := len(pods) == len(f.nodes)
-		for node, p := range pods {
-			var ended bool
-			if events[node], ended, err = f.agentEvents(ctx, p); err != nil {
-				return false, err
-			}
-			done = done && ended
-		}
-		if done {
-			return true, nil
-		}
-		return false, fmt.Errorf("agents: %d pods, events %v", len(pods), events)
-	})
-	var summary []string
-	for _, p := range pods {
-		summary = append(summary, podSummary(p))
-	}
-	for _, n := range f.nodes {
-		summary = append(summary, n.hostname()+"'s containerd: "+n.ctrd.out.tail(5))
-	}
-	require.NoError(t, err, "%s", strings.Join(summary, "\n"))
+	pods, events := f.awaitAgents(t, ctx, ds)
 	t.Logf("the agent reported on every node %s after the manifests were applied", time.Since(start).Round(100*time.Millisecond))
 	for node, evs := range events {
 		t.Logf("%s: the agent's events: %s", node, strings.Join(evs, " | "))
@@ -319,13 +293,73 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 	for _, n := range f.nodes {
 		require.Equal(t, before[n], rootFiles(t, roots[n]), "every file of %s's root as before the DaemonSet", n.hostname())
 	}
-	require.NoError(t, f.cp.client.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{}))
-	err = poll(2*time.Minute, time.Second, func() (bool, error) {
-		pods, err := f.agentPods(ctx, ds)
-		return err == nil && len(pods) == 0, err
-	})
-	require.NoError(t, err, "the DaemonSet's pods gone")
+	f.deleteDaemonSet(t, ctx, ds)
 	for _, n := range f.nodes {
 		require.Equal(t, before[n], rootFiles(t, roots[n]), "every file of %s's root as before, the DaemonSet deleted", n.hostname())
 	}
+
+	// The uninstall mode: nothing to take off.
+	un := decodeManifests(t, filepath.Join("..", "..", "deploy", "daemonset", "uninstall.yaml"))
+	require.Len(t, un, 1, "uninstall.yaml's objects")
+	uds, ok := un[0].(*appsv1.DaemonSet)
+	require.True(t, ok, "uninstall.yaml holds a DaemonSet")
+	forTheFleet(t, uds, image, f.cp.apiURL)
+	f.apply(t, ctx, un)
+	_, events = f.awaitAgents(t, ctx, uds)
+	for node, evs := range events {
+		t.Logf("%s: the uninstall agent's events: %s", node, strings.Join(evs, " | "))
+		require.True(t, slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, nodeagent.ReasonNotInstalled+": ") }),
+			"%s: nothing to uninstall: %v", node, evs)
+	}
+	f.deleteDaemonSet(t, ctx, uds)
+	for _, n := range f.nodes {
+		require.Equal(t, before[n], rootFiles(t, roots[n]), "every file of %s's root as before, after the uninstall mode", n.hostname())
+	}
+}
+
+// awaitAgents waits until ds has a pod on every node whose agent recorded
+// an outcome, and returns the pods and their agent's events by node; on a
+// timeout it fails with the pods' states and the nodes' containerd logs.
+func (f *fleet) awaitAgents(t *testing.T, ctx context.Context, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string][]string) {
+	var pods map[string]corev1.Pod
+	events := map[string][]string{}
+	err := poll(5*time.Minute, time.Second, func() (bool, error) {
+		var err error
+		if pods, err = f.agentPods(ctx, ds); err != nil {
+			return false, err
+		}
+		done := len(pods) == len(f.nodes)
+		for node, p := range pods {
+			var ended bool
+			if events[node], ended, err = f.agentEvents(ctx, p); err != nil {
+				return false, err
+			}
+			done = done && ended
+		}
+		if done {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s: %d pods, events %v", ds.Name, len(pods), events)
+	})
+	if err != nil {
+		var summary []string
+		for _, p := range pods {
+			summary = append(summary, podSummary(p))
+		}
+		for _, n := range f.nodes {
+			summary = append(summary, n.hostname()+"'s kubelet: "+n.klOut.tail(10), n.hostname()+"'s containerd: "+n.ctrd.out.tail(5))
+		}
+		require.NoError(t, err, "%s", strings.Join(summary, "\n"))
+	}
+	return pods, events
+}
+
+// deleteDaemonSet deletes ds and waits until its pods are gone.
+func (f *fleet) deleteDaemonSet(t *testing.T, ctx context.Context, ds *appsv1.DaemonSet) {
+	require.NoError(t, f.cp.client.AppsV1().DaemonSets(ds.Namespace).Delete(ctx, ds.Name, metav1.DeleteOptions{}))
+	err := poll(2*time.Minute, time.Second, func() (bool, error) {
+		pods, err := f.agentPods(ctx, ds)
+		return err == nil && len(pods) == 0, err
+	})
+	require.NoError(t, err, "%s's pods gone", ds.Name)
 }
