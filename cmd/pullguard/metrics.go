@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -59,9 +63,29 @@ var buildInfo = metrics.NewGaugeVec(&metrics.GaugeOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"major", "minor", "git_version", "git_commit", "git_tree_state", "build_date", "go_version", "compiler", "platform"})
 
+// gatherer is legacyregistry's metrics without the families that
+// k8s.io/apiserver registers there when imported (serve's secure
+// endpoint imports it), which describe an API server: its audit, storage
+// encryption, aggregated discovery, declarative validation and admission
+// webhooks' certificates. The families its authentication and
+// authorization filters register once the secure endpoint serves stay.
+var gatherer prometheus.Gatherer = prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	return slices.DeleteFunc(families, func(mf *dto.MetricFamily) bool {
+		return slices.ContainsFunc(apiServerFamilies, func(prefix string) bool { return strings.HasPrefix(mf.GetName(), prefix) })
+	}), err
+})
+
+var apiServerFamilies = []string{"aggregator_discovery_", "apiserver_audit_", "apiserver_envelope_encryption_", "apiserver_storage_", "apiserver_validation_", "apiserver_webhooks_x509_"}
+
+// metricsHTTPHandler serves gatherer's metrics on /metrics.
+func metricsHTTPHandler() http.Handler {
+	return metrics.HandlerFor(gatherer, metrics.HandlerOpts{})
+}
+
 // writeMetrics writes legacyregistry's metrics in Prometheus text format.
 func writeMetrics(w io.Writer) error {
-	families, err := legacyregistry.DefaultGatherer.Gather()
+	families, err := gatherer.Gather()
 	if err != nil {
 		return fmt.Errorf("failed to gather metrics: %w", err)
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 
@@ -65,6 +64,9 @@ type serveOptions struct {
 	// secure is the endpoint on the node's address (--secure-port):
 	// k8s.io/apiserver's flags, off by default.
 	secure *secureserving.Options
+	// vmodule is the root command's --vmodule, which the secure endpoint
+	// bounds.
+	vmodule string
 }
 
 // kubeletRuntimeRequestTimeout is the kubelet's default
@@ -103,6 +105,9 @@ socket it made removed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.registryTimeoutSet = cmd.Flags().Changed("registry-request-timeout")
+			if f := cmd.Flags().Lookup("vmodule"); f != nil {
+				o.vmodule = f.Value.String()
+			}
 			return o.run(cmd.Context(), cmd.ErrOrStderr())
 		},
 	}
@@ -189,6 +194,11 @@ func (o *serveOptions) check() (checkedServe, error) {
 	o.secure.Complete(o.rootDir)
 	if err := o.secure.Validate(); err != nil {
 		return c, err
+	}
+	if o.secure.Enabled() {
+		if err := secureserving.CheckVerbosity(o.vmodule); err != nil {
+			return c, err
+		}
 	}
 	if o.grace < 0 || o.answerWindow < 0 || o.timeout <= 0 {
 		return c, errors.New("--shutdown-grace-period and --pull-answer-window must not be negative, --runtime-request-timeout must be positive")
@@ -465,7 +475,7 @@ func (o *serveOptions) metricsOn() bool {
 // endpoints.
 func metricsHandler(backend criproxy.Backend, health func() string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", legacyregistry.Handler())
+	mux.Handle("/metrics", metricsHTTPHandler())
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

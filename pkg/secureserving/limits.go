@@ -7,14 +7,14 @@ import (
 	"golang.org/x/net/netutil"
 )
 
-const (
-	// maxConnections bounds the connections served at once: a scraper
-	// needs one, a node has a few. More wait in the kernel's backlog.
-	maxConnections = 32
-	// ioTimeout bounds each write, and a read the server left unbounded
-	// (the body of a request, a connection read while its handler runs).
-	ioTimeout = 30 * time.Second
-)
+// maxConnections bounds the connections served at once: a scraper needs
+// one, a node has a few. More wait in the kernel's backlog.
+const maxConnections = 32
+
+// ioTimeout bounds each write, and a read the server left unbounded (the
+// body of a request, a connection read while its handler runs); a
+// variable for the tests.
+var ioTimeout = 30 * time.Second
 
 // boundListener bounds l's connections: their number, and their reads and
 // writes in time. k8s.io/apiserver's SecureServingInfo.Serve builds the

@@ -48,7 +48,8 @@ func NewOptions() *Options {
 	s.DisableHTTP2Serving = true
 	authn := options.NewDelegatingAuthenticationOptions()
 	authn.TolerateInClusterLookupFailure = true
-	authz := options.NewDelegatingAuthorizationOptions().WithAlwaysAllowPaths(DefaultAlwaysAllowPaths...)
+	authz := options.NewDelegatingAuthorizationOptions()
+	authz.AlwaysAllowPaths = append([]string(nil), DefaultAlwaysAllowPaths...)
 	return &Options{Serving: s, Authentication: authn, Authorization: authz}
 }
 

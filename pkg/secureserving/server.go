@@ -35,7 +35,7 @@ type Server struct {
 // It asks nothing of the API server: an error here is the configuration's
 // (a port in use, a file that cannot be read), and fails serve's start.
 func (o *Options) Listen(hostname string) (*Server, error) {
-	if err := o.Serving.MaybeDefaultWithSelfSignedCerts(hostname, nil, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+	if err := o.Serving.MaybeDefaultWithSelfSignedCerts(hostname, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
 		return nil, fmt.Errorf("--cert-dir %s: %w", o.Serving.ServerCert.CertDirectory, err)
 	}
 	var info *server.SecureServingInfo
@@ -104,7 +104,9 @@ func (s *Server) serve(ctx context.Context, handler http.Handler) (<-chan struct
 
 // buildHandlerChain is kube-scheduler's chain around handler, with the
 // request-header configuration passed on (its headers are removed from an
-// authenticated request) and request bodies refused.
+// authenticated request). No handler reads a request's body: net/http
+// discards up to 256 KiB of it to keep the connection, within ioTimeout
+// (limits.go), and closes the connection past that.
 func buildHandlerChain(handler http.Handler, authn authenticatorRequest, authz server.AuthorizationInfo, info server.AuthenticationInfo) http.Handler {
 	resolver := &apirequest.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
 	handler = genericapifilters.WithAuthorization(handler, authz.Authorizer, scheme.Codecs)
@@ -112,9 +114,7 @@ func buildHandlerChain(handler http.Handler, authn authenticatorRequest, authz s
 	handler = genericapifilters.WithRequestInfo(handler, resolver)
 	handler = genericapifilters.WithCacheControl(handler)
 	handler = genericfilters.WithHTTPLogging(handler)
-	handler = genericfilters.WithPanicRecovery(handler, resolver)
-	// No endpoint reads a body: a client that sends one is not waited for.
-	return http.MaxBytesHandler(handler, 0)
+	return genericfilters.WithPanicRecovery(handler, resolver)
 }
 
 // Close closes the listener: the endpoint is down, whether Serve was

@@ -200,7 +200,9 @@ func BenchmarkServeImageStatus(b *testing.B) {
 func BenchmarkServeImageStatusDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
-	d := startServe(b, newRoot(b), "-v=0") // the last -v wins: serve's default
+	secure := secureBenchArgs(b)
+	d := startServe(b, newRoot(b), append([]string{"-v=0"}, secure...)...) // the last -v wins: serve's default
+	awaitSecure(b, d, secure)
 	daemon, err := kubeletcri.New(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
@@ -393,7 +395,9 @@ func BenchmarkServePull(b *testing.B) {
 func BenchmarkServePullDaemon(b *testing.B) {
 	env := setupBench(b)
 	ctx := context.Background()
-	d := startServe(b, newRoot(b), "-v=0")
+	secure := secureBenchArgs(b)
+	d := startServe(b, newRoot(b), append([]string{"-v=0"}, secure...)...)
+	awaitSecure(b, d, secure)
 	daemon, err := kubeletcri.New(ctx, d.endpoint(), time.Minute)
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = daemon.Close(ctx) })
