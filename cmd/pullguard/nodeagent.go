@@ -88,7 +88,7 @@ func newNodeAgentRunCommand(mode string) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.hostRoot, "host-root", "/host", "where the host's / is mounted in the pod")
-	f.StringVar(&o.statusFile, "status-file", defaultAgentStatusFile, "the agent's status, which `node-agent ready` reads")
+	f.StringVar(&o.statusFile, "status-file", defaultAgentStatusFile, "the agent's status, which \"node-agent ready\" reads")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "the agent's own kubeconfig (for the Lease and its Events); default: its pod's ServiceAccount (in-cluster)")
 	f.StringVar(&o.leaseName, "lease-name", nodeagent.DefaultLeaseName, "the coordination.k8s.io Lease that lets one node at a time be switched")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "the Lease's namespace (default: the pod's, $POD_NAMESPACE)")

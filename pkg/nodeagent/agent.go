@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/pullguard/pullguard/internal/boundedread"
+	"github.com/pullguard/pullguard/internal/leak"
 	"github.com/pullguard/pullguard/pkg/nodeinstall"
 )
 
@@ -143,6 +144,7 @@ func (a *Agent) Install(ctx context.Context) Status { return a.finish(ctx, a.ins
 
 // finish reports s, unless ctx ended: a stopped agent says nothing more.
 func (a *Agent) finish(ctx context.Context, s Status) Status {
+	s.Message = leak.Redact(s.Message, a.Report.Secrets...)
 	if ctx.Err() != nil {
 		klog.InfoS("node agent stopped: the node is left as it is", "reason", s.Reason, "message", s.Message)
 		return s
@@ -274,7 +276,13 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bo
 		// Nothing was restarted: the files alone.
 		err = files()
 	} else {
-		err = a.restarter(sd, nil).Deactivate(gctx, u.Manifest.Units, files)
+		r := a.restarter(sd, nil)
+		if errors.Is(cause, nodeinstall.ErrKubeletNotRestarted) {
+			// The kubelet runs on its own settings: not restarted again.
+			err = r.Withdraw(gctx, u.Manifest.Units, files)
+		} else {
+			err = r.Deactivate(gctx, u.Manifest.Units, files)
+		}
 	}
 	if err != nil {
 		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}

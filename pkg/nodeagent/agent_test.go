@@ -212,6 +212,18 @@ func captureLogs(t *testing.T) func() string {
 	}
 }
 
+// installed runs an earlier pod's agent on the node; newImage then gives
+// the pod a new binary.
+func installed(t *testing.T, w *world) {
+	require.True(t, w.agent().Install(context.Background()).Ready)
+	w.systemd.Reset()
+}
+
+func newImage(t *testing.T, w *world) {
+	installed(t, w)
+	w.setBinary(t, "pullguard v2\n")
+}
+
 const activate = "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|restart kubelet.service"
 
 func calls(sd *nodeinstalltest.Systemd) string { return strings.Join(sd.Calls(), "|") }
@@ -247,23 +259,16 @@ func TestInstall(t *testing.T) {
 			wantMessage: []string{"doctor passes"},
 		},
 		{
-			name: "pod restarted on an installed node: nothing written, nothing restarted",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-			},
+			name:       "pod restarted on an installed node: nothing written, nothing restarted",
+			before:     installed,
 			wantReason: nodeagent.ReasonUpToDate,
 			wantReady:  true,
 			wantCalls:  "",
 			untouched:  true,
 		},
 		{
-			name: "new image: the binary replaced, serve restarted, not the kubelet",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:       "new image: the binary replaced, serve restarted, not the kubelet",
+			before:     newImage,
 			wantReason: nodeagent.ReasonServeUpdated,
 			wantReady:  true,
 			wantCalls:  "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service",
@@ -291,12 +296,16 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
-			name: "new image, doctor fails: given back as before pullguard, the records kept",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:        "doctor's words hold the token: redacted from the status, the event and the logs",
+			doctorErr:   errors.New("doctor: serve-answers: the API server said: bad token " + token),
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   activate + "|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"bad token " + leak.Placeholder},
+			untouched:   true,
+		},
+		{
+			name:        "new image, doctor fails: given back as before pullguard, the records kept",
+			before:      newImage,
 			doctorErr:   errors.New("doctor: serve-protection: serve is a pass-through"),
 			wantReason:  nodeagent.ReasonRolledBack,
 			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
@@ -304,10 +313,10 @@ func TestInstall(t *testing.T) {
 			pristine:    true,
 		},
 		{
-			name:        "serve does not start: the kubelet is not restarted onto it, the node given back",
+			name:        "serve does not start: the kubelet is not restarted at all, the node given back",
 			failSystemd: "start pullguard.service",
 			wantReason:  nodeagent.ReasonRolledBack,
-			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|stop pullguard.service|stop pullguard.socket",
 			wantMessage: []string{"starting pullguard.service: job failed"},
 			untouched:   true,
 		},
@@ -320,12 +329,8 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
-			name: "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
-			before: func(t *testing.T, w *world) {
-				require.True(t, w.agent().Install(context.Background()).Ready)
-				w.systemd.Reset()
-				w.setBinary(t, "pullguard v2\n")
-			},
+			name:        "new image, the host's systemd unreachable: serve's files written, nothing restarted, not ready",
+			before:      newImage,
 			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
 			wantReason:  nodeagent.ReasonFailed,
 			wantCalls:   "",
@@ -400,6 +405,7 @@ func TestInstall(t *testing.T) {
 				assert.Nil(t, l.Spec.HolderIdentity, "the lease is released")
 			}
 
+			require.Contains(t, logs(), s.Reason, "klog's output is captured")
 			texts := map[string]string{"logs": logs(), "status": s.String()}
 			for i, e := range events {
 				texts["event "+e.Reason+string(rune('0'+i))] = e.Message

@@ -18,6 +18,12 @@
 // into its configuration file, every other byte kept. A configuration
 // that does not parse, or whose image service is not serve's, is refused
 // (ErrRefused) with its file and line, and nothing is written.
+// Options add what a DaemonSet's agent brings: a pullguard binary copied
+// onto the node and run by serve (Binary), flags of serve (ServeArgs) and
+// more files only serve reads (Files: its kubeconfig, written 0600); all
+// recorded for uninstall. A plan that changes serve's files alone
+// (Plan.KubeletChanged false, as after a new binary) restarts serve, not
+// the kubelet (Restarter.RestartServe).
 //
 // Install writes a plan: the originals of the files it changes are copied
 // under serve's store with a manifest (install/install.json) of every file

@@ -101,6 +101,17 @@ func (r *Restarter) RestartServe(ctx context.Context, units []string) error {
 // back the kubelet's files), restarts the kubelet, stops serve, and waits
 // until Ready passes.
 func (r *Restarter) Deactivate(ctx context.Context, units []string, files func() error) error {
+	return r.deactivate(ctx, units, files, true)
+}
+
+// Withdraw is Deactivate for a kubelet that never restarted onto serve
+// (Activate failed with ErrKubeletNotRestarted): it runs on its own
+// settings, which files gives back, and is not restarted.
+func (r *Restarter) Withdraw(ctx context.Context, units []string, files func() error) error {
+	return r.deactivate(ctx, units, files, false)
+}
+
+func (r *Restarter) deactivate(ctx context.Context, units []string, files func() error, restartKubelet bool) error {
 	sd := r.Systemd
 	if err := sd.Disable(ctx, units...); err != nil {
 		return fmt.Errorf("disabling %v: %w", units, err)
@@ -111,8 +122,10 @@ func (r *Restarter) Deactivate(ctx context.Context, units []string, files func()
 	if err := sd.Reload(ctx); err != nil {
 		return fmt.Errorf("systemd daemon-reload: %w", err)
 	}
-	if err := sd.Restart(ctx, KubeletUnit); err != nil {
-		return fmt.Errorf("restarting %s: %w", KubeletUnit, err)
+	if restartKubelet {
+		if err := sd.Restart(ctx, KubeletUnit); err != nil {
+			return fmt.Errorf("restarting %s: %w", KubeletUnit, err)
+		}
 	}
 	ordered := slices.Clone(units)
 	slices.SortStableFunc(ordered, func(a, b string) int { return unitOrder(b) - unitOrder(a) })

@@ -104,16 +104,35 @@ func TestRestarter(t *testing.T) {
 }
 
 func TestRestarterDeactivate(t *testing.T) {
-	sd := &fakeSystemd{}
-	var order []string
-	r := &nodeinstall.Restarter{Systemd: sd}
-	err := r.Deactivate(context.Background(), []string{"pullguard.service", "pullguard.socket"}, func() error {
-		order = append(order, fmt.Sprintf("files given back after %d calls", len(sd.Calls())))
-		return nil
-	})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}, sd.Calls())
-	assert.Equal(t, []string{"files given back after 1 calls"}, order, "the units are disabled before their files go, and systemd reloads after")
+	units := []string{"pullguard.service", "pullguard.socket"}
+	tests := []struct {
+		name      string
+		withdraw  bool
+		wantCalls []string
+	}{
+		{name: "Deactivate: the kubelet restarted on its own settings", wantCalls: []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "restart kubelet.service", "stop pullguard.service", "stop pullguard.socket"}},
+		{name: "Withdraw: a kubelet never restarted onto serve is not restarted", withdraw: true, wantCalls: []string{"disable [pullguard.service pullguard.socket]", "daemon-reload", "stop pullguard.service", "stop pullguard.socket"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sd := &fakeSystemd{}
+			var order []string
+			r := &nodeinstall.Restarter{Systemd: sd}
+			files := func() error {
+				order = append(order, fmt.Sprintf("files given back after %d calls", len(sd.Calls())))
+				return nil
+			}
+			var err error
+			if tt.withdraw {
+				err = r.Withdraw(context.Background(), units, files)
+			} else {
+				err = r.Deactivate(context.Background(), units, files)
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantCalls, sd.Calls())
+			assert.Equal(t, []string{"files given back after 1 calls"}, order, "the units are disabled before their files go, and systemd reloads after")
+		})
+	}
 }
 
 // TestDialSystemdUnderHostRoot: with no bus under the host root, the dial
