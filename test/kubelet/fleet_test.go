@@ -43,7 +43,11 @@ const fleetLock = "pullguard-e2e-fleet.lock"
 // docs/testing.md). Then, on every node, tenant B is refused and tenant
 // A's second pod needs no registry request; A's pod scheduled on node 2
 // after A pulled on node 1 is verified there (records are per node);
-// `pullguard uninstall` gives every kubelet file back.
+// every node's serve is scraped on its secure endpoint through the API
+// server's authentication and authorization (401, 403, 200);
+// `pullguard uninstall` gives every kubelet file back. Last,
+// deploy/daemonset runs with the release's image on both nodes
+// (daemonSetWithoutSystemd), then its uninstall mode.
 //
 // It runs with `make e2e-fleet` (PULLGUARD_E2E_FLEET=1, as root).
 func TestFleet(t *testing.T) {
