@@ -5,7 +5,7 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build demo test unit release image release-test release-check e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
+.PHONY: all build demo test unit release image release-test release-check e2e e2e-systemd e2e-kubelet e2e-kubelet-build e2e-kubelet-run e2e-fleet bench bench-kubelet bench-serve bench-upstream fuzz sweep lint clean FORCE
 
 all: build
 
@@ -102,6 +102,17 @@ e2e-systemd:
 e2e-kubelet:
 	$(MAKE) --no-print-directory e2e-kubelet-build
 	$(MAKE) --no-print-directory e2e-kubelet-run
+
+## e2e-fleet: a cluster of two nodes on this machine (test/kubelet's
+## TestFleet): etcd, kube-apiserver, kube-controller-manager and
+## kube-scheduler (built once into the Go module cache, as the kubelet is),
+## and two nodes, each with its own containerd and kubelet in a mount
+## namespace of its own; pullguard installed on each, the tenants'
+## scenarios on both, records per node, uninstall. As root; not part of
+## `make test` (see docs/testing.md for its time).
+e2e-fleet:
+	$(MAKE) --no-print-directory e2e-kubelet-build
+	cd test/kubelet && PULLGUARD_E2E_FLEET=1 $(GO) test -count=1 -v -timeout 60m -run '^TestFleet$$' .
 
 ## KUBELET_VERSION=1.31.14 runs them with that kubelet release (1.31 or
 ## later, built once into the module cache as the default one is; a kubelet

@@ -74,6 +74,44 @@ type cluster struct {
 	// serveLine, when set, is serve's command line (after the binary) for
 	// its metrics address, in place of the test's or the shipped unit's.
 	serveLine func(metrics string) []string
+	// pki is the control plane's certificate authority.
+	pki *pki
+	// node is this node's name; empty: nodeName.
+	node string
+	// nodeKubeconfig is the kubelet's kubeconfig; empty: the control
+	// plane's pki/node.kubeconfig, for nodeName.
+	nodeKubeconfig string
+	// ns is the mount namespace the node's containerd, serve and kubelet
+	// run in; nil: the test's own (a node of a fleet has its own).
+	ns *mountNS
+	// kcm and sched are kube-controller-manager and kube-scheduler, which
+	// only a fleet's control plane runs (startControllers).
+	kcm, sched *child
+	// securePort is serve's secure endpoint's port (0: off).
+	securePort int
+	// fleet is a fleet's control plane (startFleet): the API server's
+	// ServiceAccount admission is on (kube-controller-manager creates
+	// each namespace's default ServiceAccount and fills token Secrets;
+	// the DaemonSet's pods get their token), and privileged pods are
+	// allowed (--allow-privileged, as kubeadm's API server has it: the
+	// DaemonSet's agent is one).
+	fleet bool
+}
+
+// hostname is the node's name.
+func (c *cluster) hostname() string {
+	if c.node != "" {
+		return c.node
+	}
+	return nodeName
+}
+
+// kubeconfig is the kubelet's kubeconfig.
+func (c *cluster) kubeconfig() string {
+	if c.nodeKubeconfig != "" {
+		return c.nodeKubeconfig
+	}
+	return filepath.Join(c.dir, "pki", "node.kubeconfig")
 }
 
 // startCluster brings the node up; everything it starts is stopped by
@@ -81,26 +119,11 @@ type cluster struct {
 func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, preload func(*cluster)) *cluster {
 	t.Helper()
 	skipUnsupported(t, m, bins.kubeletRelease)
-	dir, err := os.MkdirTemp("/tmp", "pgk-") // short: unix socket paths are limited to 108 bytes
-	require.NoError(t, err)
-	c := &cluster{t: t, dir: dir, mode: m, bins: bins}
-	t.Cleanup(func() {
-		if t.Failed() || os.Getenv("PULLGUARD_E2E_KEEP") != "" {
-			t.Logf("logs and state kept in %s", dir)
-			return
-		}
-		_ = os.RemoveAll(dir)
-	})
-	// The kubelet bind-mounts its root directory onto itself (to make it
-	// rshared); undo every mount under dir once everything has stopped.
-	t.Cleanup(func() { unmountUnder(t, dir) })
+	c := newCluster(t, m, bins)
+	c.startRegistry(ctx)
 
-	c.reg, err = startRegistry(ctx, c.mkdir("registry"))
-	require.NoError(t, err)
-	t.Cleanup(c.reg.close)
-	c.reg.setUser(adminUser, newSecret("admin"))
-
-	c.ctrd, err = startContainerd(ctx, c.mkdir("containerd"), bins.containerd)
+	var err error
+	c.ctrd, err = startContainerd(ctx, c.mkdir("containerd"), bins.containerd, nil)
 	require.NoError(t, err)
 	t.Cleanup(c.ctrd.stop)
 	require.NoError(t, importSandbox(ctx, c.dir, c.ctrd, bins.pauseBytes))
@@ -116,6 +139,35 @@ func startCluster(t *testing.T, ctx context.Context, m mode, bins binaries, prel
 	}
 	c.startKubelet(ctx)
 	return c
+}
+
+// newCluster makes the node's directory, removed at the end unless the
+// test failed (or PULLGUARD_E2E_KEEP is set), every mount under it undone.
+func newCluster(t *testing.T, m mode, bins binaries) *cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "pgk-") // short: unix socket paths are limited to 108 bytes
+	require.NoError(t, err)
+	c := &cluster{t: t, dir: dir, mode: m, bins: bins}
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("PULLGUARD_E2E_KEEP") != "" {
+			t.Logf("logs and state kept in %s", dir)
+			return
+		}
+		_ = os.RemoveAll(dir)
+	})
+	// The kubelet bind-mounts its root directory onto itself (to make it
+	// rshared); undo every mount under dir once everything has stopped.
+	t.Cleanup(func() { unmountUnder(t, dir) })
+	return c
+}
+
+// startRegistry starts the registry with its admin account.
+func (c *cluster) startRegistry(ctx context.Context) {
+	var err error
+	c.reg, err = startRegistry(ctx, c.mkdir("registry"))
+	require.NoError(c.t, err)
+	c.t.Cleanup(c.reg.close)
+	c.reg.setUser(adminUser, newSecret("admin"))
 }
 
 func (c *cluster) mkdir(name string) string {
@@ -151,6 +203,7 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 	t := c.t
 	p, err := newPKI(filepath.Join(c.dir, "pki"))
 	require.NoError(t, err)
+	c.pki = p
 	serving, servingKey, err := p.issue("apiserver", "kube-apiserver", nil, true)
 	require.NoError(t, err)
 	saKey, err := p.serviceAccountKey()
@@ -167,13 +220,17 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 		"--client-ca-file", p.caFile, "--anonymous-auth=false",
 		"--authorization-mode", "Node,RBAC",
 		"--enable-admission-plugins", "NodeRestriction",
-		// No controller manager creates the default service accounts.
-		"--disable-admission-plugins", "ServiceAccount",
 		"--service-account-issuer", "https://pullguard-e2e.invalid", "--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
 		"--service-cluster-ip-range", "10.96.0.0/24",
 		"--endpoint-reconciler-type", "none",
 		"--cert-dir", filepath.Join(c.dir, "pki", "apiserver"),
+	}
+	if c.fleet {
+		args = append(args, "--allow-privileged=true")
+	} else {
+		// No controller manager creates the default service accounts.
+		args = append(args, "--disable-admission-plugins", "ServiceAccount")
 	}
 	if c.bins.apiserverRelease.minor >= imageVolumeDigestMinor {
 		// The API server keeps an image volume's
@@ -191,7 +248,7 @@ func (c *cluster) startAPIServer(ctx context.Context) {
 	require.NoError(t, err)
 	adminKC, err := p.kubeconfig("admin", c.apiURL, adminCert, adminKey)
 	require.NoError(t, err)
-	nodeCert, nodeKey, err := p.issue("node", "system:node:"+nodeName, []string{"system:nodes"}, false)
+	nodeCert, nodeKey, err := p.issue("node", "system:node:"+c.hostname(), []string{"system:nodes"}, false)
 	require.NoError(t, err)
 	_, err = p.kubeconfig("node", c.apiURL, nodeCert, nodeKey)
 	require.NoError(t, err)
@@ -255,7 +312,8 @@ func (c *cluster) startPullguard(ctx context.Context) {
 	// containerd's registry hosts directory is the test's (a node's is
 	// /etc/containerd/certs.d, serve's default).
 	args = append(args, "--registry-config-path", c.ctrd.hosts)
-	c.pg, err = spawn(out, nil, c.bins.pullguard, append(args, c.mode.serveArgs...)...)
+	name, args := c.ns.command(c.bins.pullguard, append(args, c.mode.serveArgs...)...)
+	c.pg, err = spawn(out, nil, name, args...)
 	require.NoError(t, err)
 	pg := c.pg
 	t.Cleanup(func() { pg.stop(15 * time.Second) })
@@ -385,15 +443,15 @@ registerNode: true
 fileCheckFrequency: 5s
 nodeStatusUpdateFrequency: 5s
 `, c.kubeletFeatureGates(), policy, "unix://"+c.ctrd.socket, imageService, port, hport,
-		filepath.Join(c.dir, "pki", "ca.crt"), c.mkdir("pod-logs"), pulls)
+		c.pki.caFile, c.mkdir("pod-logs"), pulls)
 	path := filepath.Join(c.dir, "kubelet-config.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o644))
 	c.klArgs = []string{
 		"--config", path,
-		"--kubeconfig", filepath.Join(c.dir, "pki", "node.kubeconfig"),
+		"--kubeconfig", c.kubeconfig(),
 		"--root-dir", c.mkdir("kubelet"),
 		"--cert-dir", c.mkdir("kubelet-pki"),
-		"--hostname-override", nodeName,
+		"--hostname-override", c.hostname(),
 		"--node-ip", "127.0.0.1",
 		"-v", "2",
 	}
@@ -406,7 +464,8 @@ nodeStatusUpdateFrequency: 5s
 func (c *cluster) startKubelet(ctx context.Context) {
 	t := c.t
 	var err error
-	c.kl, err = spawn(c.klOut, nil, c.bins.kubelet, c.klArgs...)
+	name, args := c.ns.command(c.bins.kubelet, c.klArgs...)
+	c.kl, err = spawn(c.klOut, nil, name, args...)
 	require.NoError(t, err)
 	kl := c.kl
 	t.Cleanup(func() { kl.stop(20 * time.Second) })
@@ -422,7 +481,7 @@ func (c *cluster) startKubelet(ctx context.Context) {
 		if resp.StatusCode != http.StatusOK {
 			return false, fmt.Errorf("kubelet healthz: %s", resp.Status)
 		}
-		_, err = c.client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+		_, err = c.client.CoreV1().Nodes().Get(ctx, c.hostname(), metav1.GetOptions{})
 		return err == nil, err
 	})
 	require.NoError(t, err, c.klOut.tail(40))

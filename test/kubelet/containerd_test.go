@@ -91,8 +91,9 @@ type containerd struct {
 }
 
 // startContainerd starts the containerd of bin (buildContainerd's
-// directory) with a version 3 configuration.
-func startContainerd(ctx context.Context, dir, bin string) (*containerd, error) {
+// directory) with a version 3 configuration, in the mount namespace ns
+// (nil: the test's own).
+func startContainerd(ctx context.Context, dir, bin string, ns *mountNS) (*containerd, error) {
 	c := &containerd{dir: dir, bin: bin, socket: filepath.Join(dir, "c.sock"), hosts: filepath.Join(dir, "certs.d")}
 	// restrict_oom_score_adj: this VM withholds CAP_SYS_RESOURCE even from
 	// root, so runc may not lower a sandbox's OOM score.
@@ -141,7 +142,8 @@ state = %q
 			env = append(env, kv)
 		}
 	}
-	if c.proc, err = spawn(c.out, env, filepath.Join(bin, "containerd"), "--config", path); err != nil {
+	name, args := ns.command(filepath.Join(bin, "containerd"), "--config", path)
+	if c.proc, err = spawn(c.out, env, name, args...); err != nil {
 		return nil, err
 	}
 	wait, cancel := context.WithTimeout(ctx, 30*time.Second)

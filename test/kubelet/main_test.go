@@ -84,11 +84,15 @@ func lastBytes(b []byte, n int) string {
 	return string(b)
 }
 
-// lockMachine takes the machine-wide lock: the kubelet touches fixed paths
+// machineLock is the machine-wide lock: the kubelet touches fixed paths
 // and kernel settings, so one such test runs at a time.
-func lockMachine(t *testing.T) {
+const machineLock = "pullguard-e2e-kubelet.lock"
+
+// lockMachine takes the lock of that name in the temporary directory,
+// waiting for another run that holds it.
+func lockMachine(t *testing.T, name string) {
 	t.Helper()
-	path := filepath.Join(os.TempDir(), "pullguard-e2e-kubelet.lock")
+	path := filepath.Join(os.TempDir(), name)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	require.NoError(t, err)
 	err = poll(20*time.Minute, 500*time.Millisecond, func() (bool, error) {
@@ -300,8 +304,14 @@ func newSecret(who string) string {
 // lock, the kernel settings and fixed paths to restore, and the binaries.
 func prepare(t *testing.T) (binaries, *[]string) {
 	t.Helper()
+	return prepareLocked(t, machineLock)
+}
+
+// prepareLocked is prepare under the lock of that name.
+func prepareLocked(t *testing.T, lock string) (binaries, *[]string) {
+	t.Helper()
 	prerequisites(t)
-	lockMachine(t)
+	lockMachine(t, lock)
 	keepKernelSettings(t)
 	podLogs := &[]string{}
 	keepFixedPaths(t, func() []string { return *podLogs })

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -174,3 +176,69 @@ func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 		<-tick.C
 	}
 }
+
+// mountNS is a mount namespace of a node's own: a process started by
+// unshare holds it, with the directories the kubelet and containerd use
+// whatever their configuration says (/run, /var/lib, /var/log: the
+// kubelet's device-plugins and pod-resources sockets, /var/log/pods and
+// /var/log/containers, containerd's shim sockets under /run/containerd)
+// bind-mounted from the node's own directory; the node's commands enter
+// it with nsenter, which execs them (no fork: their PID is the one the
+// test stops). The namespace, and every mount made in it, ends with the
+// last process in it.
+type mountNS struct {
+	holder *child
+	pid    string
+	// shadowed maps each directory of the host to the node's own.
+	shadowed map[string]string
+}
+
+// shadowedDirs are the host's directories a node's namespace replaces.
+var shadowedDirs = []string{"/run", "/var/lib", "/var/log"}
+
+// startMountNS starts a namespace whose shadowed directories are under
+// dir; the holder is stopped by its PID at the end.
+func startMountNS(ctx context.Context, dir string) (*mountNS, error) {
+	ns := &mountNS{shadowed: map[string]string{}}
+	script := "set -e\n"
+	for _, d := range shadowedDirs {
+		own := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(d, "/"), "/", "-"))
+		if err := os.MkdirAll(own, 0o755); err != nil {
+			return nil, err
+		}
+		ns.shadowed[d] = own
+		script += fmt.Sprintf("mount --bind %q %q\n", own, d)
+	}
+	// Shared within the namespace (a peer group of its own: unshare made
+	// every mount private first), as a node's / is: a volume with
+	// mountPropagation HostToContainer needs its source shared or slave.
+	script += "mount --make-rshared /\necho ready\nexec sleep infinity\n"
+	out, err := newOutput(filepath.Join(dir, "namespace.log"))
+	if err != nil {
+		return nil, err
+	}
+	// unshare execs the shell, which execs sleep: one PID throughout.
+	if ns.holder, err = spawn(out, nil, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script); err != nil {
+		return nil, err
+	}
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := out.await(wait, 0, "ready"); err != nil {
+		ns.holder.stop(5 * time.Second)
+		return nil, fmt.Errorf("mount namespace: %w\n%s", err, out.tail(10))
+	}
+	ns.pid = strconv.Itoa(ns.holder.cmd.Process.Pid)
+	return ns, nil
+}
+
+// command is name with args run in ns (nil: the test's namespace).
+func (ns *mountNS) command(name string, args ...string) (string, []string) {
+	if ns == nil {
+		return name, args
+	}
+	return "nsenter", append([]string{"--target", ns.pid, "--mount", "--", name}, args...)
+}
+
+// stop ends the holder; the namespace ends once the node's processes,
+// stopped before it, are gone.
+func (ns *mountNS) stop() { ns.holder.stop(5 * time.Second) }

@@ -354,7 +354,8 @@ func kubeletExitsWithoutServe(t *testing.T, w *world) {
 	c.kl.stop(20 * time.Second)
 	pos := c.klOut.position()
 	start := time.Now()
-	kl, err := spawn(c.klOut, nil, c.bins.kubelet, c.klArgs...)
+	name, args := c.ns.command(c.bins.kubelet, c.klArgs...)
+	kl, err := spawn(c.klOut, nil, name, args...)
 	require.NoError(t, err)
 	t.Cleanup(func() { kl.stop(20 * time.Second) })
 	select {
