@@ -56,7 +56,7 @@ func TestInstallRestartKubelet(t *testing.T) {
 	out := run(newInstallCommand(), "--host-root", root, "--restart-kubelet")
 	assert.Contains(t, out, "the kubelet restarted onto serve")
 	assert.Equal(t, []string{root}, dialed, "systemd under the host root")
-	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "start pullguard.service", "restart kubelet.service"}, sd.Calls())
+	assert.Equal(t, []string{"daemon-reload", "enable [pullguard.service pullguard.socket]", "start pullguard.socket", "restart pullguard.service", "restart kubelet.service"}, sd.Calls())
 	assert.Equal(t, 2, checks, "doctor's checks until they pass")
 	assert.FileExists(t, filepath.Join(root, "etc/kubernetes/kubelet/config.json.d/99-pullguard.conf"))
 
@@ -73,7 +73,7 @@ func TestInstallRestartKubelet(t *testing.T) {
 func TestInstallRestartKubeletServeFails(t *testing.T) {
 	root := t.TempDir()
 	require.NoError(t, os.CopyFS(root, os.DirFS("../../pkg/nodeinstall/testdata/eks")))
-	sd := &nodeinstalltest.Systemd{Fail: "start pullguard.service"}
+	sd := &nodeinstalltest.Systemd{Fail: "restart pullguard.service"}
 	defer func(d any) {
 		dialSystemd = d.(func(context.Context, string) (nodeinstall.Systemd, func(), error))
 	}(dialSystemd)
@@ -84,7 +84,7 @@ func TestInstallRestartKubeletServeFails(t *testing.T) {
 	err := cmd.Execute()
 	require.Error(t, err)
 	assert.ErrorIs(t, err, nodeinstall.ErrKubeletNotRestarted)
-	assert.Contains(t, err.Error(), "starting pullguard.service: job failed")
+	assert.Contains(t, err.Error(), "restarting pullguard.service: job failed")
 	assert.Contains(t, err.Error(), "its files now point at serve's unix:///run/pullguard/pullguard.sock")
 	assert.Contains(t, err.Error(), "pullguard uninstall")
 	assert.NotContains(t, sd.Calls(), "restart kubelet.service")

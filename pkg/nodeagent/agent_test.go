@@ -227,7 +227,7 @@ func newImage(t *testing.T, w *world) {
 // longAgo is before any file of a test was written.
 var longAgo = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-const activate = "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|restart kubelet.service"
+const activate = "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|restart pullguard.service|restart kubelet.service"
 
 func calls(sd *nodeinstalltest.Systemd) string { return strings.Join(sd.Calls(), "|") }
 
@@ -256,6 +256,9 @@ func TestInstall(t *testing.T) {
 		// started sets when units became active (the zero time: not
 		// active), after before ran.
 		started map[string]time.Time
+		// serveAfter: serve runs on files no older than install's after
+		// the agent (it was restarted when they changed).
+		serveAfter bool
 	}{
 		{
 			name:        "fresh node: installed, the kubelet restarted once",
@@ -319,11 +322,11 @@ func TestInstall(t *testing.T) {
 			pristine:    true,
 		},
 		{
-			name:        "serve does not start: the kubelet is not restarted at all, the node given back",
-			failSystemd: "start pullguard.service",
+			name:        "serve does not (re)start: the kubelet is not restarted at all, the node given back",
+			failSystemd: "restart pullguard.service",
 			wantReason:  nodeagent.ReasonRolledBack,
-			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|start pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|stop pullguard.service|stop pullguard.socket",
-			wantMessage: []string{"starting pullguard.service: job failed"},
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|start pullguard.socket|restart pullguard.service|disable [pullguard.service pullguard.socket]|daemon-reload|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"restarting pullguard.service: job failed"},
 			untouched:   true,
 		},
 		{
@@ -341,6 +344,67 @@ func TestInstall(t *testing.T) {
 			wantReason:  nodeagent.ReasonFailed,
 			wantCalls:   "",
 			wantMessage: []string{"the host's systemd: connecting to systemd"},
+			untouched:   true,
+		},
+		{
+			name: "new image and a kubelet file changed: the kubelet restarted and serve too (a running serve must read its new binary)",
+			before: func(t *testing.T, w *world) {
+				newImage(t, w)
+				require.NoError(t, os.Remove(filepath.Join(w.root, "etc/kubernetes/kubelet.conf.d/99-pullguard.conf")))
+			},
+			wantReason:  nodeagent.ReasonInstalled,
+			wantReady:   true,
+			wantCalls:   activate,
+			wantMessage: []string{"the kubelet restarted onto serve"},
+			serveAfter:  true,
+		},
+		{
+			name:        "installed, but the kubelet never restarted (an earlier agent stopped before it): restarted onto serve",
+			before:      installed,
+			started:     map[string]time.Time{nodeinstall.KubeletUnit: longAgo},
+			wantReason:  nodeagent.ReasonInstalled,
+			wantReady:   true,
+			wantCalls:   activate,
+			wantMessage: []string{"the kubelet ran on its settings from before install's files", "doctor passes"},
+			untouched:   true,
+		},
+		{
+			name:        "new image, and the kubelet never restarted onto serve: the kubelet restarted, not serve alone",
+			before:      newImage,
+			started:     map[string]time.Time{nodeinstall.KubeletUnit: longAgo},
+			wantReason:  nodeagent.ReasonInstalled,
+			wantReady:   true,
+			wantCalls:   activate,
+			wantMessage: []string{"the kubelet ran on its settings from before install's files"},
+			serveAfter:  true,
+		},
+		{
+			name:        "installed, serve runs on files older than install's: serve restarted, not the kubelet",
+			before:      installed,
+			started:     map[string]time.Time{nodeinstall.ServeUnit: longAgo},
+			wantReason:  nodeagent.ReasonServeUpdated,
+			wantReady:   true,
+			wantCalls:   "daemon-reload|enable [pullguard.service pullguard.socket]|restart pullguard.service",
+			wantMessage: []string{"serve ran on files older than install's: serve restarted, the kubelet did not"},
+			untouched:   true,
+			serveAfter:  true,
+		},
+		{
+			name:       "installed, serve not running (socket activation waits for a call): nothing restarted",
+			before:     installed,
+			started:    map[string]time.Time{nodeinstall.ServeUnit: {}},
+			wantReason: nodeagent.ReasonUpToDate,
+			wantReady:  true,
+			wantCalls:  "",
+			untouched:  true,
+		},
+		{
+			name:        "installed, systemd cannot say when the kubelet started: not ready, nothing restarted",
+			before:      installed,
+			failSystemd: "active-since kubelet.service",
+			wantReason:  nodeagent.ReasonFailed,
+			wantCalls:   "",
+			wantMessage: []string{"when kubelet.service started: no such property"},
 			untouched:   true,
 		},
 		{
@@ -421,6 +485,15 @@ func TestInstall(t *testing.T) {
 				texts["event "+e.Reason+string(rune('0'+i))] = e.Message
 			}
 			assert.Empty(t, leak.Scan(texts, token), "no token in a log, status or event")
+			if tt.serveAfter {
+				// The next pod finds nothing stale: serve and the kubelet
+				// run on install's files.
+				w.systemd.Reset()
+				again := w.agent().Install(context.Background())
+				assert.Equal(t, nodeagent.ReasonUpToDate, again.Reason, again.Message)
+				assert.Empty(t, w.systemd.Calls(), "nothing restarted by the next pod")
+				w.drainEvents()
+			}
 		})
 	}
 }

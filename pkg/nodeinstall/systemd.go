@@ -68,12 +68,20 @@ func (r *Restarter) Activate(ctx context.Context, units []string) error {
 	if err := sd.Enable(ctx, units...); err != nil {
 		return fmt.Errorf("enabling %v: %w (%w)", units, err, ErrKubeletNotRestarted)
 	}
-	// The socket first, so that nothing that comes early is refused.
+	// The socket first, so that nothing that comes early is refused; it
+	// is started (a running socket keeps the calls it holds). The service
+	// is restarted: a serve already running, of a package or an earlier
+	// install, must read the files just written (its binary, its flags),
+	// and a start does nothing to a running unit.
 	ordered := slices.Clone(units)
 	slices.SortStableFunc(ordered, func(a, b string) int { return unitOrder(a) - unitOrder(b) })
 	for _, u := range ordered {
-		if err := sd.Start(ctx, u); err != nil {
-			return fmt.Errorf("starting %s: %w (%w)", u, err, ErrKubeletNotRestarted)
+		verb, do := "starting", sd.Start
+		if unitOrder(u) != 0 {
+			verb, do = "restarting", sd.Restart
+		}
+		if err := do(ctx, u); err != nil {
+			return fmt.Errorf("%s %s: %w (%w)", verb, u, err, ErrKubeletNotRestarted)
 		}
 	}
 	if err := sd.Restart(ctx, KubeletUnit); err != nil {

@@ -106,9 +106,17 @@ func (f *Systemd) Start(_ context.Context, u string) error   { return f.job("sta
 func (f *Systemd) Restart(_ context.Context, u string) error { return f.job("restart", u, true) }
 func (f *Systemd) Stop(_ context.Context, u string) error    { return f.job("stop", u, false) }
 
+// job records the call; a start of an active unit does nothing, as
+// systemd's.
 func (f *Systemd) job(verb, u string, active bool) error {
 	if err := f.do(verb + " " + u); err != nil {
 		return err
+	}
+	f.mu.Lock()
+	running := !f.active[u].IsZero()
+	f.mu.Unlock()
+	if verb == "start" && running {
+		return nil
 	}
 	f.started(u, active)
 	return nil
