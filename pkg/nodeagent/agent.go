@@ -256,24 +256,37 @@ func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) Status {
 			klog.InfoS("install", "action", c.Action, "path", c.Path)
 		}
 	}
+	// An installed node keeps serve's records whatever happens: they
+	// are what its tenants proved.
+	installedBefore, err := nodeinstall.Installed(o)
+	if err != nil {
+		return Status{Reason: ReasonFailed, Message: err.Error()}
+	}
 	if p.Changed() {
 		if _, err := nodeinstall.Install(o, p); err != nil {
 			return Status{Reason: ReasonFailed, Message: "install: " + err.Error()}
 		}
+	}
+	if ctx.Err() != nil {
+		// Stopped between the writes and the restart: the next agent finds
+		// the kubelet or serve on older files (Stale) and restarts them.
+		return Status{Reason: ReasonStarting, Message: errStopped.Error()}
 	}
 
 	rctx, cancel := a.withTimeout(ctx)
 	defer cancel()
 	sd, closeFn, err := a.Systemd(rctx, o.Root)
 	switch {
-	case err != nil && kubelet:
-		// Nothing restarted, nothing of pullguard runs: the files go back.
-		return a.giveBack(ctx, nil, kubelet, fmt.Errorf("the host's systemd: %w", err))
+	case err != nil && ctx.Err() != nil:
+		return Status{Reason: ReasonStarting, Message: errStopped.Error()}
+	case err != nil && kubelet && !installedBefore:
+		// Nothing restarted, nothing of pullguard ran: the files go back.
+		return a.giveBack(ctx, nil, kubelet, false, fmt.Errorf("the host's systemd: %w", err))
 	case err != nil:
-		// The kubelet runs onto the serve that runs: its files stay
-		// consistent with the manifest, and serve's next start takes the new
-		// ones.
-		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("the host's systemd: %v: serve's new files are written, serve was not restarted", err)}
+		// The kubelet and serve run on the install that was there: the new
+		// files stay, consistent with the manifest, and the next agent
+		// restarts what runs on older ones.
+		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("the host's systemd: %v: the new files are written, nothing was restarted", err)}
 	}
 	defer closeFn()
 	r := a.restarter(sd, p)
@@ -286,7 +299,7 @@ func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) Status {
 		return Status{Reason: ReasonStarting, Message: errStopped.Error()}
 	}
 	if err != nil {
-		return a.giveBack(ctx, sd, kubelet, err)
+		return a.giveBack(ctx, sd, kubelet, installedBefore || !kubelet, err)
 	}
 	if kubelet {
 		return Status{Ready: true, Reason: ReasonInstalled, Message: fmt.Sprintf("%sinstalled; the kubelet restarted onto serve (%s); doctor passes", stale, p.ServeSocket)}
@@ -308,12 +321,13 @@ func planFailed(err error) Status {
 
 // giveBack puts the node back as it was before pullguard (uninstall, the
 // kubelet restarted; without sd, when nothing was restarted, the files
-// alone) after cause, and says why. Serve's records are kept
-// when only serve was restarted (an installed node's update).
-func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet bool, cause error) Status {
+// alone) after cause, and says why. Serve's records are kept when
+// keepRecords (a node installed before this agent: they are what its
+// tenants proved, and a later install starts from them).
+func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet, keepRecords bool, cause error) Status {
 	why := "rolled back: " + cause.Error()
 	o := nodeinstall.Options{Root: a.Config.Root}
-	u, err := nodeinstall.PlanUninstall(o, !kubelet)
+	u, err := nodeinstall.PlanUninstall(o, keepRecords)
 	if err != nil {
 		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}
 	}

@@ -224,6 +224,15 @@ func newImage(t *testing.T, w *world) {
 	w.setBinary(t, "pullguard v2\n")
 }
 
+// recordsFile stands for serve's records in its store.
+const recordsFile = "var/lib/pullguard/credtracker/records.db"
+
+func writeRecords(t *testing.T, w *world) {
+	p := filepath.Join(w.root, recordsFile)
+	require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o700))
+	require.NoError(t, os.WriteFile(p, []byte("records"), 0o600))
+}
+
 // longAgo is before any file of a test was written.
 var longAgo = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
@@ -259,6 +268,8 @@ func TestInstall(t *testing.T) {
 		// serveAfter: serve runs on files no older than install's after
 		// the agent (it was restarted when they changed).
 		serveAfter bool
+		// recordsKept: serve's records (writeRecords) are there after.
+		recordsKept bool
 	}{
 		{
 			name:        "fresh node: installed, the kubelet restarted once",
@@ -408,6 +419,33 @@ func TestInstall(t *testing.T) {
 			untouched:   true,
 		},
 		{
+			name: "installed node, a kubelet file changed, doctor fails: given back, serve's records kept",
+			before: func(t *testing.T, w *world) {
+				installed(t, w)
+				writeRecords(t, w)
+				require.NoError(t, os.Remove(filepath.Join(w.root, "etc/kubernetes/kubelet.conf.d/99-pullguard.conf")))
+			},
+			doctorErr:   errors.New("doctor: serve-answers: serve does not answer"),
+			wantReason:  nodeagent.ReasonRolledBack,
+			wantCalls:   activate + "|disable [pullguard.service pullguard.socket]|daemon-reload|restart kubelet.service|stop pullguard.service|stop pullguard.socket",
+			wantMessage: []string{"serve does not answer"},
+			pristine:    true,
+			recordsKept: true,
+		},
+		{
+			name: "installed node, a kubelet file changed, the host's systemd unreachable: new files kept, nothing restarted, not ready",
+			before: func(t *testing.T, w *world) {
+				installed(t, w)
+				writeRecords(t, w)
+				require.NoError(t, os.Remove(filepath.Join(w.root, "etc/kubernetes/kubelet.conf.d/99-pullguard.conf")))
+			},
+			dialErr:     errors.New("connecting to systemd at /host/run/systemd/private: no such file or directory"),
+			wantReason:  nodeagent.ReasonFailed,
+			wantCalls:   "",
+			wantMessage: []string{"the new files are written, nothing was restarted"},
+			recordsKept: true,
+		},
+		{
 			name:       "stopped while doctor waits: no give-back, the node left as it is",
 			doctorErr:  errors.New("doctor: serve-answers: not yet"),
 			stop:       true,
@@ -467,6 +505,9 @@ func TestInstall(t *testing.T) {
 			}
 			if tt.untouched {
 				assert.Equal(t, before, durabletest.Tree(t, w.root), "the node as it was, byte for byte")
+			}
+			if tt.recordsKept {
+				assert.FileExists(t, filepath.Join(w.root, recordsFile), "serve's records kept")
 			}
 			events := w.drainEvents()
 			require.NotEmpty(t, events)

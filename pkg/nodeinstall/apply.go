@@ -168,6 +168,12 @@ func exists(root, p string) bool {
 	return err == nil
 }
 
+// Installed says whether the node holds the manifest of an install.
+func Installed(o Options) (bool, error) {
+	m, err := readManifest(o.Root, StoreOf(o.Root))
+	return m != nil, err
+}
+
 // UninstallPlan is what uninstall does.
 type UninstallPlan struct {
 	Manifest *Manifest
