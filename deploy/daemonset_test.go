@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -216,13 +217,22 @@ func TestDaemonSets(t *testing.T) {
 			assert.False(t, c.Resources.Limits.Memory().IsZero())
 			assert.Equal(t, 1, c.Resources.Limits.Memory().Cmp(*c.Resources.Requests.Memory()))
 
-			env := map[string]string{}
+			env, values := map[string]string{}, map[string]string{}
 			for _, e := range c.Env {
-				require.NotNil(t, e.ValueFrom, e.Name)
+				if e.ValueFrom == nil {
+					values[e.Name] = e.Value
+					continue
+				}
 				require.NotNil(t, e.ValueFrom.FieldRef, e.Name)
 				env[e.Name] = e.ValueFrom.FieldRef.FieldPath
 			}
 			assert.Equal(t, map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid", "NODE_NAME": "spec.nodeName"}, env)
+			// The collector works before the container's memory limit.
+			require.Contains(t, values, "GOMEMLIMIT")
+			limit, err := resource.ParseQuantity(strings.TrimSuffix(values["GOMEMLIMIT"], "B"))
+			require.NoError(t, err, "GOMEMLIMIT")
+			assert.Equal(t, -1, limit.Cmp(*c.Resources.Limits.Memory()), "GOMEMLIMIT below the memory limit")
+			assert.Len(t, values, 1, "no other plain value")
 
 			volumes := map[string]corev1.Volume{}
 			for _, v := range pod.Volumes {

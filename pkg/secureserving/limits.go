@@ -16,6 +16,15 @@ const maxConnections = 32
 // variable for the tests.
 var ioTimeout = 30 * time.Second
 
+// readTimeout bounds every wait for a client's bytes: its request's
+// headers (the server's own wait is 32 s) and the wait between requests
+// of a kept-alive connection (90 s). A scraper sends its request at once
+// and opens a connection again after a wait; a client on the node's
+// network that holds connections open without a request, to take the
+// maxConnections slots, loses each after readTimeout. A variable for the
+// tests.
+var readTimeout = 10 * time.Second
+
 // boundListener bounds l's connections: their number, and their reads and
 // writes in time. k8s.io/apiserver's SecureServingInfo.Serve builds the
 // http.Server itself, with a 32 s ReadHeaderTimeout, 1 MiB of headers and
@@ -36,9 +45,10 @@ func (l *boundedListener) Accept() (net.Conn, error) {
 	return &boundedConn{Conn: c}, nil
 }
 
-// boundedConn never has an unbounded read (net/http clears the read
-// deadline once a request's headers are read: here that is ioTimeout from
-// then), and each write must be done within ioTimeout.
+// boundedConn never waits more than readTimeout for a read (net/http
+// clears the read deadline once a request's headers are read, and sets
+// its own, longer, for headers and idle connections), and each write must
+// be done within ioTimeout.
 type boundedConn struct{ net.Conn }
 
 func (c *boundedConn) SetReadDeadline(t time.Time) error {
@@ -46,7 +56,10 @@ func (c *boundedConn) SetReadDeadline(t time.Time) error {
 }
 
 func (c *boundedConn) SetDeadline(t time.Time) error {
-	return c.Conn.SetDeadline(bounded(t))
+	if err := c.Conn.SetWriteDeadline(t); err != nil {
+		return err
+	}
+	return c.Conn.SetReadDeadline(bounded(t))
 }
 
 func (c *boundedConn) Write(p []byte) (int, error) {
@@ -56,9 +69,11 @@ func (c *boundedConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// bounded is t, or readTimeout from now when t is unset or later.
 func bounded(t time.Time) time.Time {
-	if t.IsZero() {
-		return time.Now().Add(ioTimeout)
+	limit := time.Now().Add(readTimeout)
+	if t.IsZero() || t.After(limit) {
+		return limit
 	}
 	return t
 }

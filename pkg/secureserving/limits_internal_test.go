@@ -11,11 +11,13 @@ import (
 )
 
 // TestBoundedConn: a read the server leaves unbounded, and a write to a
-// client that does not read, end after ioTimeout.
+// client that does not read, end after ioTimeout; a read the server gave
+// a long deadline (its 32 s for headers, its 90 s idle wait) ends after
+// readTimeout.
 func TestBoundedConn(t *testing.T) {
-	saved := ioTimeout
-	ioTimeout = 20 * time.Millisecond
-	t.Cleanup(func() { ioTimeout = saved })
+	savedIO, savedRead := ioTimeout, readTimeout
+	ioTimeout, readTimeout = 20*time.Millisecond, 20*time.Millisecond
+	t.Cleanup(func() { ioTimeout, readTimeout = savedIO, savedRead })
 	cases := []struct {
 		name string
 		op   func(c net.Conn) error
@@ -27,6 +29,16 @@ func TestBoundedConn(t *testing.T) {
 		}},
 		{name: "a read after both deadlines were cleared", op: func(c net.Conn) error {
 			require.NoError(t, c.SetDeadline(time.Time{}))
+			_, err := c.Read(make([]byte, 1))
+			return err
+		}},
+		{name: "a read the server gave its idle wait of 90 s", op: func(c net.Conn) error {
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(90*time.Second)))
+			_, err := c.Read(make([]byte, 1))
+			return err
+		}},
+		{name: "a read after a deadline of an hour on both", op: func(c net.Conn) error {
+			require.NoError(t, c.SetDeadline(time.Now().Add(time.Hour)))
 			_, err := c.Read(make([]byte, 1))
 			return err
 		}},
