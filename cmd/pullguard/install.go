@@ -176,6 +176,11 @@ func (o *installOptions) uninstall(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if where, err := u.KubeletStillAsksServe(o.nodeOptions()); err != nil {
+		return err
+	} else if where != "" {
+		return fmt.Errorf("%w: %s: the kubelet's own configuration asks serve's socket (a bootstrap recipe's setting?): uninstalled, with serve stopped, the kubelet would have no image service; remove that setting there first, then run uninstall again; nothing was changed", nodeinstall.ErrRefused, where)
+	}
 	if o.dryRun {
 		fmt.Fprintln(out, "pullguard uninstall --dry-run: nothing is written")
 	}

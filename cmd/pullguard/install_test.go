@@ -89,3 +89,26 @@ func TestInstallCommandRefuses(t *testing.T) {
 	assert.Contains(t, res.stderr, "refused: /var/lib/kubelet/config.yaml:")
 	assert.Equal(t, before, durabletest.Tree(t, root), "nothing written")
 }
+
+// TestUninstallCommandRefusesARecipeNode: a kubelet whose own
+// configuration asks serve's socket would have no image service once
+// uninstall stops serve: uninstall refuses, with the file and line, and
+// changes nothing.
+func TestUninstallCommandRefusesARecipeNode(t *testing.T) {
+	root := kubeadmNode(t, "v1.33.4")
+	cfg := filepath.Join(root, "var/lib/kubelet/config.yaml")
+	f, err := os.OpenFile(cfg, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = f.WriteString("imageServiceEndpoint: unix:///run/pullguard/pullguard.sock\n")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	res := pullguard(t, "install", "--host-root", root)
+	require.Equal(t, 0, res.code, res.stderr)
+	installed := durabletest.Tree(t, root)
+
+	res = pullguard(t, "uninstall", "--host-root", root)
+	assert.Equal(t, 1, res.code)
+	assert.Contains(t, res.stderr, "refused: /var/lib/kubelet/config.yaml:")
+	assert.Contains(t, res.stderr, "the kubelet's own configuration asks serve's socket")
+	assert.Equal(t, installed, durabletest.Tree(t, root), "nothing changed")
+}

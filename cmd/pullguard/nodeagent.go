@@ -149,7 +149,9 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 		Config:  c,
 		Systemd: dialSystemd,
 		Doctor:  nodeReady,
-		Lease:   &nodeagent.Lease{Client: leases, Namespace: ns, Name: o.leaseName, Holder: o.node, Duration: c.LeaseDuration(), Clock: clock.RealClock{}},
+		// The holder names the mode too: an uninstall agent beside an
+		// install agent on one node waits for it, as another node would.
+		Lease: &nodeagent.Lease{Client: leases, Namespace: ns, Name: o.leaseName, Holder: o.node + "/" + mode, Duration: c.LeaseDuration(), Clock: clock.RealClock{}},
 		Report: &nodeagent.Reporter{
 			StatusFile: o.statusFile,
 			Client:     events,

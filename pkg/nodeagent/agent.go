@@ -88,14 +88,17 @@ func (a *Agent) withTimeout(ctx context.Context) (context.Context, context.Cance
 	return ctx, func() { cancel(context.Canceled) }
 }
 
-// LeaseDuration is how long the agent may hold the Lease: its work
-// (install, restart and doctor; the give-back) with a minute to spare.
+// LeaseDuration is how long the agent may hold the Lease without renewing
+// it: its work under the Lease is three steps each bounded by the timeout
+// (asking systemd when the kubelet and serve started; the restart and
+// doctor; the give-back), and two minutes to spare for the writes, the
+// API server's requests and the clocks of two nodes that differ.
 func (c Config) LeaseDuration() time.Duration {
 	t := c.Timeout
 	if t <= 0 {
 		t = DefaultTimeout
 	}
-	return 2*t + time.Minute
+	return 3*t + 2*time.Minute
 }
 
 // options are nodeinstall's options for the node, serve's kubeconfig
@@ -331,6 +334,12 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet, k
 	if err != nil {
 		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; giving the node back failed: %v: run `pullguard uninstall --restart-kubelet` on the node", cause, err)}
 	}
+	if where, err := u.KubeletStillAsksServe(o); err != nil || where != "" {
+		if err == nil {
+			err = fmt.Errorf("%s: the kubelet's own configuration asks serve's socket: given back with serve stopped, it would have no image service", where)
+		}
+		return Status{Reason: ReasonFailed, Message: fmt.Sprintf("%s; the node was not given back: %v", cause, err)}
+	}
 	gctx, cancel := a.withTimeout(context.WithoutCancel(ctx))
 	defer cancel()
 	files := func() error { return nodeinstall.Uninstall(o, u) }
@@ -377,6 +386,11 @@ func (a *Agent) uninstall(ctx context.Context) Status {
 	}
 	if err != nil {
 		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
+	}
+	if where, err := u.KubeletStillAsksServe(o); err != nil {
+		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
+	} else if where != "" {
+		return Status{Reason: ReasonUninstallFailed, Message: where + ": the kubelet's own configuration asks serve's socket (a bootstrap recipe's setting?): uninstalled, with serve stopped, the kubelet would have no image service; remove that setting there, then delete this pod; nothing was changed"}
 	}
 	rctx, cancel := a.withTimeout(ctx)
 	defer cancel()

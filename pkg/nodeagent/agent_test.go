@@ -662,3 +662,43 @@ func TestInstallStopped(t *testing.T) {
 	assert.Equal(t, before, durabletest.Tree(t, w.root))
 	assert.Equal(t, "node-b", ptr.Deref(w.lease(t).Spec.HolderIdentity, ""), "another node's lease is left alone")
 }
+
+// TestRecipeNode: on a node whose own kubelet configuration asks serve's
+// socket (a bootstrap recipe), giving the node back with serve stopped
+// would leave the kubelet without an image service: uninstall mode
+// refuses and touches nothing, and a failed doctor leaves the install in
+// place, not ready.
+func TestRecipeNode(t *testing.T) {
+	recipe := func(t *testing.T, w *world) {
+		f, err := os.OpenFile(filepath.Join(w.root, "var/lib/kubelet/config.yaml"), os.O_APPEND|os.O_WRONLY, 0)
+		require.NoError(t, err)
+		_, err = f.WriteString("imageServiceEndpoint: unix:///run/pullguard/pullguard.sock\n")
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+	}
+	t.Run("uninstall mode refuses, the node untouched", func(t *testing.T) {
+		w := newWorld(t)
+		w.drive(t)
+		recipe(t, w)
+		installed(t, w)
+		before := durabletest.Tree(t, w.root)
+		s := w.agent().Uninstall(context.Background())
+		assert.Equal(t, nodeagent.ReasonUninstallFailed, s.Reason, s.Message)
+		assert.False(t, s.Ready)
+		assert.Contains(t, s.Message, "/var/lib/kubelet/config.yaml:")
+		assert.Contains(t, s.Message, "nothing was changed")
+		assert.Empty(t, w.systemd.Calls(), "nothing stopped or restarted")
+		assert.Equal(t, before, durabletest.Tree(t, w.root), "the node as it was")
+	})
+	t.Run("doctor fails: not given back, not ready", func(t *testing.T) {
+		w := newWorld(t)
+		w.drive(t)
+		recipe(t, w)
+		w.doctorErr = errors.New("doctor: serve-answers: serve does not answer")
+		s := w.agent().Install(context.Background())
+		assert.Equal(t, nodeagent.ReasonFailed, s.Reason, s.Message)
+		assert.False(t, s.Ready)
+		assert.Contains(t, s.Message, "the node was not given back")
+		assert.Equal(t, activate, calls(w.systemd), "serve not stopped")
+	})
+}
