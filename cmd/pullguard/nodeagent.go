@@ -33,7 +33,7 @@ type nodeAgentOptions struct {
 	leaseName, leaseNamespace          string
 	node, podName, podNamespace        string
 	podUID                             string
-	timeout                            time.Duration
+	timeout, recheck                   time.Duration
 }
 
 func newNodeAgentCommand() *cobra.Command {
@@ -77,7 +77,7 @@ func newNodeAgentRunCommand(mode string) *cobra.Command {
 				return err
 			}
 			if mode == "install" {
-				a.Install(ctx)
+				a.Watch(ctx, o.recheck, a.Install(ctx))
 			} else {
 				a.Uninstall(ctx)
 			}
@@ -98,6 +98,7 @@ func newNodeAgentRunCommand(mode string) *cobra.Command {
 	f.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "the agent's pod's UID (default $POD_UID)")
 	f.DurationVar(&o.timeout, "timeout", nodeagent.DefaultTimeout, "how long a restart and doctor's checks after it may take before the node is given back")
 	if mode == "install" {
+		f.DurationVar(&o.recheck, "recheck-interval", nodeagent.DefaultRecheckInterval, "once installed, how often doctor checks the node again: the pod turns not ready (DoctorFailed) when it no longer passes, ready when it passes again; 0: never")
 		f.StringVar(&o.binaryPath, "binary-path", nodeagent.DefaultBinaryPath, "where on the node pullguard's binary is put for serve (\"\": none, the node's package serves)")
 		f.StringVar(&o.binarySource, "binary-source", "/proc/self/exe", "the binary to copy there")
 		f.StringArrayVar(&o.serveArgs, "serve-arg", nil, "a flag of serve (--name=value) set in serve's drop-in; repeat for more")

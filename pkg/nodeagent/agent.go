@@ -420,3 +420,65 @@ func (a *Agent) uninstall(ctx context.Context) Status {
 func (a *Agent) Start(ctx context.Context) error {
 	return a.report(ctx, Status{Reason: ReasonStarting, Message: "the agent is at work on the node"})
 }
+
+// DefaultRecheckInterval is how often Watch runs doctor again.
+const DefaultRecheckInterval = time.Minute
+
+// Watch checks the node with doctor again every interval once the agent's
+// work is done, until ctx ends (install mode): a node that was ready and
+// no longer passes (serve down or crash-looping, a pass-through drop-in,
+// install's files rewritten by hand) turns not ready, DoctorFailed with
+// doctor's problem, and ready again once it passes; an Event at each
+// change, none while nothing changes. It changes nothing on the node. A
+// node the agent left not ready for another reason (refused, given back)
+// is not watched: its pod must be deleted to try again.
+func (a *Agent) Watch(ctx context.Context, every time.Duration, last Status) {
+	if every <= 0 || a.Doctor == nil || (!last.Ready && last.Reason != ReasonDoctorFailed) {
+		return
+	}
+	o, err := a.options()
+	if err != nil {
+		klog.ErrorS(err, "node agent: the node is not checked again")
+		return
+	}
+	p, err := nodeinstall.PlanInstall(o)
+	if err != nil {
+		klog.ErrorS(err, "node agent: the node is not checked again")
+		return
+	}
+	// Doctor needs the node's paths, not the files' bytes (the binary's
+	// among them): they are not held for the life of the pod.
+	for i := range p.Changes {
+		p.Changes[i].Data, p.Changes[i].Old = nil, nil
+	}
+	c := a.Clock
+	if c == nil {
+		c = clock.RealClock{}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.After(every):
+		}
+		last = a.recheck(ctx, p, last)
+	}
+}
+
+// recheck runs doctor once and reports when the node's readiness changed.
+func (a *Agent) recheck(ctx context.Context, p *nodeinstall.Plan, last Status) Status {
+	// Bounded in real time: the Clock paces only the checks.
+	cctx, cancel := context.WithTimeout(ctx, a.timeout())
+	err := a.Doctor(p)(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return last
+	}
+	switch {
+	case err != nil && last.Ready:
+		return a.finish(ctx, Status{Reason: ReasonDoctorFailed, Message: "doctor no longer passes: " + err.Error()})
+	case err == nil && !last.Ready:
+		return a.finish(ctx, Status{Ready: true, Reason: ReasonUpToDate, Message: "doctor passes again"})
+	}
+	return last
+}

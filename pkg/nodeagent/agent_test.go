@@ -702,3 +702,82 @@ func TestRecipeNode(t *testing.T) {
 		assert.Equal(t, activate, calls(w.systemd), "serve not stopped")
 	})
 }
+
+// TestWatch: once installed, doctor runs again every interval; the pod
+// turns not ready when it no longer passes and ready when it passes
+// again, with one Event at each change and none in between; the node is
+// not touched.
+func TestWatch(t *testing.T) {
+	w := newWorld(t)
+	checks := make(chan struct{}, 10)
+	installed(t, w)
+	w.drainEvents()
+	w.mu.Lock()
+	w.onDoctor = func() { checks <- struct{}{} }
+	w.mu.Unlock()
+	before := durabletest.Tree(t, w.root)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.agent().Watch(ctx, time.Minute, nodeagent.Status{Ready: true, Reason: nodeagent.ReasonInstalled})
+	}()
+	// tick lets one check run and waits for its report.
+	tick := func(doctorErr error) nodeagent.Status {
+		t.Helper()
+		w.mu.Lock()
+		w.doctorErr = doctorErr
+		w.mu.Unlock()
+		require.Eventually(t, w.clock.HasWaiters, 10*time.Second, time.Millisecond, "Watch waits for its next check")
+		w.clock.Step(time.Minute)
+		select {
+		case <-checks:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no check after the interval")
+		}
+		require.Eventually(t, w.clock.HasWaiters, 10*time.Second, time.Millisecond, "Watch waits again")
+		return w.status(t)
+	}
+
+	assert.True(t, tick(nil).Ready)
+	assert.Empty(t, w.drainEvents(), "nothing changed: no Event")
+
+	s := tick(errors.New("doctor: serve-answers: serve does not answer"))
+	assert.False(t, s.Ready)
+	assert.Equal(t, nodeagent.ReasonDoctorFailed, s.Reason)
+	assert.Contains(t, s.Message, "doctor no longer passes: doctor: serve-answers")
+	events := w.drainEvents()
+	require.Len(t, events, 1)
+	assert.Equal(t, corev1.EventTypeWarning, events[0].Type)
+
+	assert.False(t, tick(errors.New("doctor: serve-answers: still down")).Ready)
+	assert.Empty(t, w.drainEvents(), "still failing: no new Event")
+
+	s = tick(nil)
+	assert.True(t, s.Ready)
+	assert.Equal(t, nodeagent.ReasonUpToDate, s.Reason)
+	require.Len(t, w.drainEvents(), 1)
+
+	cancel()
+	<-done
+	assert.Equal(t, before, durabletest.Tree(t, w.root), "watching changes nothing on the node")
+	assert.Empty(t, w.systemd.Calls(), "nothing restarted")
+}
+
+// TestWatchSkips: a node left not ready for a reason doctor does not
+// answer (refused, given back) is not watched, nor with a 0 interval.
+func TestWatchSkips(t *testing.T) {
+	w := newWorld(t)
+	for _, tt := range []struct {
+		last  nodeagent.Status
+		every time.Duration
+	}{
+		{nodeagent.Status{Reason: nodeagent.ReasonRefused}, time.Minute},
+		{nodeagent.Status{Reason: nodeagent.ReasonRolledBack}, time.Minute},
+		{nodeagent.Status{Ready: true, Reason: nodeagent.ReasonInstalled}, 0},
+	} {
+		w.agent().Watch(context.Background(), tt.every, tt.last) // returns at once
+	}
+	assert.Zero(t, w.doctorRuns)
+}
