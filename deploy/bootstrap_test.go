@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
@@ -117,6 +118,35 @@ func TestEKSUserData(t *testing.T) {
 	assert.NotContains(t, script, "\r", "bash reads LF line ends")
 	checkBootstrapScript(t, script, "dnf install -y", "pullguard install")
 	checkShell(t, "bash", script)
+
+	t.Run("fails closed", func(t *testing.T) {
+		run := checkFailsClosed(t, "bash", script, "curl", "dnf", "pullguard install")
+		// The kubelet is not running: nodeadm starts it after this script, and
+		// a unit ordered after nodeadm's runs doctor, failing closed as well.
+		require.Contains(t, run.log, "systemd-run ")
+		var unit string
+		for _, l := range strings.Split(run.log, "\n") {
+			if strings.HasPrefix(l, "systemd-run ") {
+				unit = l
+			}
+		}
+		assert.Contains(t, unit, "--property=After=nodeadm-run.service")
+		doctor := "pullguard doctor --wait 2m || { " + filepath.Join(run.dir, "host1") + "; exit 1; }"
+		require.True(t, strings.HasSuffix(unit, " "+doctor), unit)
+		for _, fail := range []string{"", "pullguard doctor"} {
+			cmd := exec.Command("sh", "-c", doctor)
+			cmd.Env = []string{"PATH=" + filepath.Join(run.dir, "bin") + ":/usr/bin:/bin", "FAKE_LOG=" + filepath.Join(run.dir, "doctor.log"), "FAKE_FAIL=" + fail}
+			out, err := cmd.CombinedOutput()
+			_, blockErr := os.Stat(filepath.Join(run.dir, "host0", "00-pullguard-bootstrap-failed.conf"))
+			if fail == "" {
+				assert.NoError(t, err, "%s", out)
+				assert.ErrorIs(t, blockErr, os.ErrNotExist, "doctor passes: the kubelet runs")
+			} else {
+				assert.Error(t, err)
+				assert.NoError(t, blockErr, "doctor fails: the kubelet is kept from starting")
+			}
+		}
+	})
 }
 
 // checkEKSInstall plans `pullguard install` (pkg/nodeinstall) on an EKS
@@ -231,6 +261,10 @@ func TestCloudInit(t *testing.T) {
 	checkBootstrapScript(t, wf.Content, "apt-get install -y", "pullguard install --restart-kubelet")
 	checkShell(t, "sh", wf.Content)
 	assert.Subset(t, cc.Packages, []string{"curl", "ca-certificates"})
+	t.Run("fails closed", func(t *testing.T) {
+		run := checkFailsClosed(t, "sh", wf.Content, "curl", "sha256sum", "apt-get", "pullguard install")
+		assert.Contains(t, run.log, "pullguard install --restart-kubelet\n")
+	})
 
 	t.Run("cloud-init schema", func(t *testing.T) {
 		tool := requireTool(t, "cloud-init", "cloud-init")
@@ -261,6 +295,11 @@ func TestKubeadmRecipeScript(t *testing.T) {
 	assert.Less(t, socket, join, "serve's socket is there before the kubelet's first start")
 	assert.Less(t, join, install, "install after kubeadm wrote the kubelet's files")
 	checkShell(t, "sh", script)
+	t.Run("fails closed", func(t *testing.T) {
+		// join.sh runs from its directory: cd "$(dirname "$0")" is the copy's.
+		run := checkFailsClosed(t, "sh", script, "curl", "kubeadm", "pullguard install")
+		assert.Contains(t, run.log, "pullguard install --restart-kubelet\n")
+	})
 	fi, err := os.Stat(filepath.Join("bootstrap", "kubeadm", "join.sh"))
 	require.NoError(t, err)
 	assert.NotZero(t, fi.Mode()&0o111, "join.sh is executable")
@@ -282,4 +321,79 @@ func requireTool(t *testing.T, tool, pkg string) string {
 	path, err := exec.LookPath(tool)
 	require.NoError(t, err, "%s still missing after apt-get install %s", tool, pkg)
 	return path
+}
+
+// recipeRun is one run of a bootstrap script on a fake host: every
+// command that would change the host (curl, sha256sum, apt-get, dnf,
+// install, kubeadm, pullguard, systemctl, systemd-run) is a fake on $PATH
+// that logs its arguments, and the script's host paths are rewritten
+// into a temporary directory.
+type recipeRun struct {
+	err   error
+	log   string // the fakes' calls, one a line
+	block string // the drop-in that keeps the kubelet from starting, "" if none
+	dir   string
+}
+
+// hostPaths are the paths the scripts write, rewritten for the run.
+var hostPaths = []string{"/etc/systemd/system/kubelet.service.d", "/usr/local/sbin/pullguard-fail-closed", "/var/cache/pullguard"}
+
+// runRecipe runs script with shell; fail names the fake that fails (its
+// first argument too, as "pullguard install"), "" for none.
+func runRecipe(t *testing.T, shell, script, fail string) recipeRun {
+	t.Helper()
+	sh, err := exec.LookPath(shell)
+	if err != nil {
+		t.Skipf("%s is not installed", shell)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	require.NoError(t, os.Mkdir(bin, 0o755))
+	logFile := filepath.Join(dir, "calls.log")
+	fake := "#!/bin/sh\n" +
+		`name=$(basename "$0")` + "\n" +
+		`echo "$name $*" >>"$FAKE_LOG"` + "\n" +
+		`case "$name $1" in "$FAKE_FAIL"|"$FAKE_FAIL "*) exit 1;; esac` + "\n" +
+		`case "$name" in curl) while [ $# -gt 0 ]; do if [ "$1" = -o ]; then : >"$2"; fi; shift; done;; sha256sum) cat >/dev/null;; systemctl) [ "$1" != is-active ];; esac` + "\n"
+	for _, name := range []string{"curl", "sha256sum", "apt-get", "dnf", "install", "kubeadm", "pullguard", "systemctl", "systemd-run"} {
+		require.NoError(t, os.WriteFile(filepath.Join(bin, name), []byte(fake), 0o755))
+	}
+	for i, p := range hostPaths {
+		script = strings.ReplaceAll(script, p, filepath.Join(dir, fmt.Sprintf("host%d", i)))
+	}
+	path := filepath.Join(dir, "recipe")
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o755))
+	cmd := exec.Command(sh, path)
+	cmd.Env = []string{"PATH=" + bin + ":/usr/bin:/bin", "FAKE_LOG=" + logFile, "FAKE_FAIL=" + fail,
+		"PULLGUARD_DEB_URL=https://example.invalid/pullguard.deb", "PULLGUARD_DEB_SHA256=" + strings.Repeat("0", 64)}
+	out, runErr := cmd.CombinedOutput()
+	t.Logf("%s:\n%s", shell, out)
+	run := recipeRun{err: runErr, dir: dir}
+	if data, err := os.ReadFile(logFile); err == nil {
+		run.log = string(data)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "host0", "00-pullguard-bootstrap-failed.conf")); err == nil {
+		run.block = string(data)
+	}
+	return run
+}
+
+// checkFailsClosed: the script run with each of fails failing exits
+// non-zero, stops the kubelet and leaves the drop-in that keeps it from
+// starting; run without a failure it leaves neither.
+func checkFailsClosed(t *testing.T, shell, script string, fails ...string) recipeRun {
+	t.Helper()
+	for _, fail := range fails {
+		t.Run(fail+" fails", func(t *testing.T) {
+			run := runRecipe(t, shell, script, fail)
+			assert.Error(t, run.err)
+			assert.Contains(t, run.log, "systemctl stop kubelet\n")
+			assert.Equal(t, "[Service]\nExecStartPre=/bin/echo pullguard bootstrap failed: remove this drop-in and run the bootstrap again\nExecStartPre=/bin/false\n", run.block)
+		})
+	}
+	run := runRecipe(t, shell, script, "")
+	require.NoError(t, run.err)
+	assert.NotContains(t, run.log, "systemctl stop kubelet")
+	assert.Empty(t, run.block)
+	return run
 }

@@ -3,11 +3,13 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/component-base/metrics"
@@ -164,4 +166,15 @@ func TestCheckExpr(t *testing.T) {
 			assert.Len(t, checkExpr(known, "test", tc.expr), tc.want)
 		})
 	}
+}
+
+// TestProcessStartTimeExposed: PullguardStoreRebuilt reads
+// process_start_time_seconds, which serve's /metrics (gatherer) has from
+// legacyregistry's process collector, not from pullguard's metric lists.
+func TestProcessStartTimeExposed(t *testing.T) {
+	families, err := gatherer.Gather()
+	require.NoError(t, err)
+	assert.True(t, slices.ContainsFunc(families, func(mf *dto.MetricFamily) bool {
+		return mf.GetName() == "process_start_time_seconds"
+	}), "process_start_time_seconds in serve's /metrics")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 )
 
@@ -131,6 +132,7 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 			"__meta_kubernetes_node_name":                      "node-a",
 			"__meta_kubernetes_node_address_InternalIP":        ip,
 			"__meta_kubernetes_node_label_kubernetes_io_arch":  "arm64",
+			"__meta_kubernetes_node_label_kubernetes_io_os":    "linux",
 			"__meta_kubernetes_node_label_team_example_com_id": "tenant-a",
 		}
 	}
@@ -145,10 +147,36 @@ func TestPrometheusScrapeConfig(t *testing.T) {
 			require.NotNil(t, got, "kept")
 			assert.Equal(t, map[string]string{
 				"__address__": tc.address, "__scheme__": "https", "__metrics_path__": "/metrics",
-				"instance": "node-a", "kubernetes_io_arch": "arm64",
+				"instance": "node-a", "kubernetes_io_arch": "arm64", "kubernetes_io_os": "linux",
 			}, got)
 		})
 	}
+	// Nodes the DaemonSet (nodeSelector kubernetes.io/os=linux) skips are
+	// not scraped: they would be down forever.
+	for name, osLabel := range map[string]*string{"a Windows node": ptr.To("windows"), "a node without the label": nil} {
+		t.Run(name, func(t *testing.T) {
+			n := node("10.0.0.6")
+			delete(n, "__meta_kubernetes_node_label_kubernetes_io_os")
+			if osLabel != nil {
+				n["__meta_kubernetes_node_label_kubernetes_io_os"] = *osLabel
+			}
+			assert.Nil(t, relabel(t, job.RelabelConfigs, n), "dropped")
+		})
+	}
+	var ds struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					NodeSelector map[string]string `json:"nodeSelector"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	dsData, err := os.ReadFile(filepath.Join("..", "..", "deploy", "daemonset", "daemonset.yaml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(dsData, &ds))
+	assert.Equal(t, map[string]string{"kubernetes.io/os": "linux"}, ds.Spec.Template.Spec.NodeSelector,
+		"the DaemonSet's nodeSelector is the scrape job's keep: change both")
 
 	promtool := requirePromtool(t)
 	var generic map[string]any

@@ -10,6 +10,19 @@ cd "$(dirname "$0")"
 : "${PULLGUARD_DEB_SHA256:?its SHA-256, from the release's SHA256SUMS}"
 deb=/var/cache/pullguard/pullguard.deb
 
+# Fail closed: on any failure the kubelet stops and cannot start until
+# this drop-in is removed (docs/operations.md, "New nodes").
+block=/etc/systemd/system/kubelet.service.d/00-pullguard-bootstrap-failed.conf
+fail_closed() {
+  mkdir -p "$(dirname "$block")"
+  printf '%s\n' '[Service]' \
+    'ExecStartPre=/bin/echo pullguard bootstrap failed: remove this drop-in and run the bootstrap again' \
+    'ExecStartPre=/bin/false' >"$block"
+  systemctl daemon-reload || true
+  systemctl stop kubelet || true
+}
+trap 'rc=$?; if [ "$rc" -ne 0 ]; then fail_closed; fi; exit "$rc"' EXIT
+
 # 1. The package: the binary and the units; it starts nothing.
 mkdir -p /var/cache/pullguard
 curl -fsSL --retry 5 -o "$deb" "$PULLGUARD_DEB_URL"
@@ -33,6 +46,6 @@ kubeadm join --config join.yaml
 # --config-dir that `kubeadm upgrade` does not rewrite, the kubelet is
 # ordered after serve, and uninstall has its manifest. The kubelet is
 # restarted through serve, as it already runs: at no moment does it run
-# without it. Exits 1 when doctor's checks do not pass: the node fails
-# its bootstrap rather than running unprotected.
+# without it. Exits 1 when doctor's checks do not pass: then, as for any
+# failed step, fail_closed stops the kubelet and keeps it stopped.
 pullguard install --restart-kubelet
