@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/pullguard/pullguard/internal/fakeapiserver"
 	"github.com/pullguard/pullguard/internal/leak"
@@ -75,12 +74,7 @@ func TestServeSecureEndpoint(t *testing.T) {
 			return nil, filepath.Join(root, "pki", "pullguard.crt")
 		}},
 		{name: "given files", args: func(t *testing.T, _ string) ([]string, string) {
-			dir := t.TempDir()
-			cert, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
-			require.NoError(t, err)
-			certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-			require.NoError(t, os.WriteFile(certFile, cert, 0o600))
-			require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+			certFile, keyFile := fakeapiserver.ServingCertFiles(t)
 			return []string{"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}, certFile
 		}},
 	}

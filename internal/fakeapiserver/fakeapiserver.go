@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,7 +24,22 @@ import (
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	certutil "k8s.io/client-go/util/cert"
 )
+
+// ServingCertFiles writes a self-signed certificate for localhost and
+// 127.0.0.1 and its key, as an operator gives them to a component's
+// secure endpoint (--tls-cert-file, --tls-private-key-file).
+func ServingCertFiles(t testing.TB) (certFile, keyFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, cert, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	return certFile, keyFile
+}
 
 // ClientToken is the token of the kubeconfig Start writes: the identity of
 // the component under test. The server answers no other client.

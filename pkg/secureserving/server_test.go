@@ -20,7 +20,6 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
 	"github.com/pullguard/pullguard/internal/fakeapiserver"
@@ -127,15 +126,9 @@ func (e endpoint) get(t *testing.T, path, token string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// givenFiles writes a certificate for localhost and 127.0.0.1 and its key,
-// as an operator would give them.
+// givenFiles gives serve a certificate and key as an operator would.
 func givenFiles(t *testing.T) []string {
-	dir := t.TempDir()
-	cert, key, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.IPv4(127, 0, 0, 1)}, nil)
-	require.NoError(t, err)
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	require.NoError(t, os.WriteFile(certFile, cert, 0o600))
-	require.NoError(t, os.WriteFile(keyFile, key, 0o600))
+	certFile, keyFile := fakeapiserver.ServingCertFiles(t)
 	return []string{"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}
 }
 
