@@ -34,6 +34,7 @@ type nodeAgentOptions struct {
 	node, podName, podNamespace        string
 	podUID                             string
 	timeout, recheck                   time.Duration
+	maxFailed                          int
 }
 
 func newNodeAgentCommand() *cobra.Command {
@@ -96,6 +97,7 @@ func newNodeAgentRunCommand(mode string) *cobra.Command {
 	f.StringVar(&o.podName, "pod-name", os.Getenv("POD_NAME"), "the agent's pod, for its Events (default $POD_NAME)")
 	f.StringVar(&o.podNamespace, "pod-namespace", os.Getenv("POD_NAMESPACE"), "the agent's pod's namespace (default $POD_NAMESPACE)")
 	f.StringVar(&o.podUID, "pod-uid", os.Getenv("POD_UID"), "the agent's pod's UID (default $POD_UID)")
+	f.IntVar(&o.maxFailed, "max-failed-nodes", nodeagent.DefaultMaxFailed, "halt the rollout once this many nodes failed (the Lease's annotation "+nodeagent.FailedAnnotation+" lists them): no further node is switched until an operator clears it; 0: never halt")
 	f.DurationVar(&o.timeout, "timeout", nodeagent.DefaultTimeout, "how long a restart and doctor's checks after it may take before the node is given back")
 	if mode == "install" {
 		f.DurationVar(&o.recheck, "recheck-interval", nodeagent.DefaultRecheckInterval, "once installed, how often doctor checks the node again: the pod turns not ready (DoctorFailed) when it no longer passes, ready when it passes again; 0: never")
@@ -152,7 +154,7 @@ func (o *nodeAgentOptions) agent(mode string) (*nodeagent.Agent, error) {
 		Doctor:  nodeReady,
 		// The holder names the mode too: an uninstall agent beside an
 		// install agent on one node waits for it, as another node would.
-		Lease: &nodeagent.Lease{Client: leases, Namespace: ns, Name: o.leaseName, Holder: o.node + "/" + mode, Duration: c.LeaseDuration(), Clock: clock.RealClock{}},
+		Lease: &nodeagent.Lease{Client: leases, Namespace: ns, Name: o.leaseName, Holder: o.node + "/" + mode, Duration: c.LeaseDuration(), Clock: clock.RealClock{}, MaxFailed: o.maxFailed},
 		Report: &nodeagent.Reporter{
 			StatusFile: o.statusFile,
 			Client:     events,

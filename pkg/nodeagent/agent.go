@@ -156,15 +156,16 @@ func (a *Agent) finish(ctx context.Context, s Status) Status {
 	return s
 }
 
-// takeLease takes the Lease, reporting the wait, and returns its release.
-func (a *Agent) takeLease(ctx context.Context) (func(), error) {
+// takeLease takes the Lease, reporting the wait, and returns its release,
+// to be told whether the work failed.
+func (a *Agent) takeLease(ctx context.Context) (func(failed bool), error) {
 	if err := a.Lease.Acquire(ctx, func(holder string) {
 		_ = a.report(ctx, Status{Reason: ReasonWaiting, Message: fmt.Sprintf("node %s is being switched (lease %s/%s): this node waits its turn", holder, a.Lease.Namespace, a.Lease.Name)})
 	}); err != nil {
 		return nil, err
 	}
-	return func() {
-		if err := a.Lease.Release(ctx); err != nil {
+	return func(failed bool) {
+		if err := a.Lease.Release(ctx, failed); err != nil {
 			klog.ErrorS(err, "releasing the lease: the next node waits for it to expire")
 		}
 	}, nil
@@ -225,13 +226,16 @@ func (a *Agent) stale(ctx context.Context, root string, p *nodeinstall.Plan) (ku
 // restarts the kubelet onto serve (or serve alone) when its files changed
 // or it runs on older ones; then doctor, and the node given back when it
 // fails.
-func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) Status {
+func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) (s Status) {
 	// One node at a time.
 	release, err := a.takeLease(ctx)
+	if errors.Is(err, ErrHalted) {
+		return Status{Reason: ReasonHalted, Message: err.Error()}
+	}
 	if err != nil {
 		return Status{Reason: ReasonFailed, Message: err.Error()}
 	}
-	defer release()
+	defer func() { release(workFailed(s)) }()
 	// The node as it is now, after the wait.
 	p, err := nodeinstall.PlanInstall(o)
 	if err != nil {
@@ -313,6 +317,10 @@ func (a *Agent) switchNode(ctx context.Context, o nodeinstall.Options) Status {
 	return Status{Ready: true, Reason: ReasonServeUpdated, Message: "serve's files changed: serve restarted, the kubelet did not; doctor passes"}
 }
 
+// workFailed says whether s, the end of work under the Lease, counts
+// against the rollout: not ready, other than stopped.
+func workFailed(s Status) bool { return !s.Ready && s.Reason != ReasonStarting }
+
 // planFailed is the status of a plan that failed: refused (nothing
 // written) or not made.
 func planFailed(err error) Status {
@@ -368,7 +376,7 @@ func (a *Agent) giveBack(ctx context.Context, sd nodeinstall.Systemd, kubelet, k
 // and returns the status; it returns early when ctx ends.
 func (a *Agent) Uninstall(ctx context.Context) Status { return a.finish(ctx, a.uninstall(ctx)) }
 
-func (a *Agent) uninstall(ctx context.Context) Status {
+func (a *Agent) uninstall(ctx context.Context) (s Status) {
 	o := nodeinstall.Options{Root: a.Config.Root}
 	if _, err := nodeinstall.PlanUninstall(o, false); errors.Is(err, nodeinstall.ErrNotInstalled) {
 		return Status{Ready: true, Reason: ReasonNotInstalled, Message: "pullguard is not installed on the node"}
@@ -376,10 +384,13 @@ func (a *Agent) uninstall(ctx context.Context) Status {
 		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
 	}
 	release, err := a.takeLease(ctx)
+	if errors.Is(err, ErrHalted) {
+		return Status{Reason: ReasonHalted, Message: err.Error()}
+	}
 	if err != nil {
 		return Status{Reason: ReasonUninstallFailed, Message: err.Error()}
 	}
-	defer release()
+	defer func() { release(workFailed(s)) }()
 	u, err := nodeinstall.PlanUninstall(o, false)
 	if errors.Is(err, nodeinstall.ErrNotInstalled) {
 		return Status{Ready: true, Reason: ReasonNotInstalled, Message: "pullguard is not installed on the node"}

@@ -781,3 +781,33 @@ func TestWatchSkips(t *testing.T) {
 	}
 	assert.Zero(t, w.doctorRuns)
 }
+
+// TestInstallHalted: a node given back is listed on the Lease; once the
+// list holds MaxFailed other nodes, an agent switches nothing and stays
+// not ready, RolloutHalted, saying how to go on.
+func TestInstallHalted(t *testing.T) {
+	w := newWorld(t)
+	w.drive(t)
+	w.doctorErr = errors.New("doctor: serve-answers: serve does not answer")
+	s := w.agent().Install(context.Background())
+	require.Equal(t, nodeagent.ReasonRolledBack, s.Reason, s.Message)
+	assert.Equal(t, nodeName, w.lease(t).Annotations[nodeagent.FailedAnnotation], "the failed node listed")
+
+	other := newWorld(t)
+	other.drive(t)
+	other.client = w.client // the same cluster
+	before := durabletest.Tree(t, other.root)
+	a := other.agent()
+	a.Lease.Holder, a.Lease.MaxFailed = "node-b", 1
+	s = a.Install(context.Background())
+	assert.Equal(t, nodeagent.ReasonHalted, s.Reason, s.Message)
+	assert.False(t, s.Ready)
+	assert.Contains(t, s.Message, "1 nodes failed ("+nodeName+")")
+	assert.Equal(t, before, durabletest.Tree(t, other.root), "the node untouched")
+	assert.Empty(t, other.systemd.Calls())
+
+	w.doctorErr = nil
+	s = w.agent().Install(context.Background())
+	require.True(t, s.Ready, s.Message)
+	assert.Empty(t, w.lease(t).Annotations[nodeagent.FailedAnnotation], "a success takes the node off the list")
+}

@@ -47,6 +47,9 @@ const (
 	ReasonUninstalled     = "Uninstalled"
 	ReasonNotInstalled    = "NothingToUninstall"
 	ReasonUninstallFailed = "UninstallFailed"
+	// ReasonHalted: too many nodes failed; the rollout waits for an
+	// operator (Lease.MaxFailed).
+	ReasonHalted = "RolloutHalted"
 )
 
 // Component is the Events' source and reporting controller.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -20,6 +22,8 @@ const (
 	DefaultLeaseName     = "pullguard-node-agent"
 	DefaultLeaseInterval = 5 * time.Second
 	defaultLeaseRequest  = 10 * time.Second
+	// DefaultMaxFailed is how many failed nodes halt a rollout.
+	DefaultMaxFailed = 3
 )
 
 // Lease is the cluster's lock that lets one node at a time be switched:
@@ -41,6 +45,27 @@ type Lease struct {
 	// (DefaultLeaseInterval when 0); Clock paces them.
 	Interval time.Duration
 	Clock    clock.Clock
+	// MaxFailed halts the rollout: once that many other holders failed
+	// their work (FailedAnnotation lists them), the Lease is not taken
+	// (ErrHalted) until an operator clears the list; 0 never halts.
+	MaxFailed int
+}
+
+// FailedAnnotation is the Lease's annotation listing the holders whose
+// work failed, comma-separated: each added at its release after a
+// failure, removed at its release after a success.
+const FailedAnnotation = "pullguard.dev/failed-holders"
+
+// ErrHalted is Acquire's error when MaxFailed holders failed.
+var ErrHalted = errors.New("the rollout is halted")
+
+// failed is the Lease's list of holders that failed.
+func failed(l *coordinationv1.Lease) []string {
+	v := strings.TrimSpace(l.Annotations[FailedAnnotation])
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
 }
 
 func (l *Lease) clock() clock.Clock {
@@ -64,6 +89,8 @@ func (l *Lease) Acquire(ctx context.Context, waiting func(holder string)) error 
 		switch {
 		case err == nil && holder == "":
 			return nil
+		case errors.Is(err, ErrHalted):
+			return err
 		case err != nil:
 			klog.ErrorS(err, "taking the lease", "lease", klog.KRef(l.Namespace, l.Name))
 		case holder != last:
@@ -104,6 +131,10 @@ func (l *Lease) try(ctx context.Context) (string, error) {
 	if holder != "" && holder != l.Holder && !l.expired(cur) {
 		return holder, nil
 	}
+	if others := slices.DeleteFunc(failed(cur), func(h string) bool { return h == l.Holder }); l.MaxFailed > 0 && len(others) >= l.MaxFailed {
+		return "", fmt.Errorf("%w: %d nodes failed (%s), the most lease %s/%s allows before it stops the rollout: see why on their pods, fix, then remove the annotation %s from the lease and restart the DaemonSet's pods",
+			ErrHalted, len(others), strings.Join(others, ", "), l.Namespace, l.Name, FailedAnnotation)
+	}
 	transitions := ptr.Deref(cur.Spec.LeaseTransitions, 0)
 	if holder != l.Holder {
 		transitions++
@@ -136,9 +167,11 @@ func (l *Lease) expired(cur *coordinationv1.Lease) bool {
 	return !l.clock().Now().Before(end)
 }
 
-// Release gives the Lease up when this node holds it. It runs even when
-// ctx has ended (a stopped agent releases), within its own bound.
-func (l *Lease) Release(ctx context.Context) error {
+// Release gives the Lease up when this node holds it, adding the holder
+// to FailedAnnotation when its work failed and removing it otherwise. It
+// runs even when ctx has ended (a stopped agent releases), within its own
+// bound.
+func (l *Lease) Release(ctx context.Context, workFailed bool) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), defaultLeaseRequest)
 	defer cancel()
 	leases := l.Client.Leases(l.Namespace)
@@ -156,6 +189,20 @@ func (l *Lease) Release(ctx context.Context) error {
 			return nil
 		}
 		cur.Spec.HolderIdentity = nil
+		list := slices.DeleteFunc(failed(cur), func(h string) bool { return h == l.Holder })
+		if workFailed {
+			list = append(list, l.Holder)
+		}
+		slices.Sort(list)
+		switch {
+		case len(list) > 0:
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			cur.Annotations[FailedAnnotation] = strings.Join(list, ",")
+		case cur.Annotations != nil:
+			delete(cur.Annotations, FailedAnnotation)
+		}
 		if _, err = leases.Update(ctx, cur, metav1.UpdateOptions{}); !apierrors.IsConflict(err) {
 			break
 		}

@@ -80,7 +80,7 @@ func TestLease(t *testing.T) {
 			assert.Equal(t, tt.wantTransitions, ptr.Deref(got.Spec.LeaseTransitions, -1))
 			assert.True(t, got.Spec.RenewTime.Equal(ptr.To(metav1.NewMicroTime(clk.Now()))))
 
-			require.NoError(t, l.Release(context.Background()))
+			require.NoError(t, l.Release(context.Background(), false))
 			got, err = client.CoordinationV1().Leases(namespace).Get(context.Background(), nodeagent.DefaultLeaseName, metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.Nil(t, got.Spec.HolderIdentity)
@@ -96,8 +96,53 @@ func TestLeaseReleaseLeavesAnotherNodes(t *testing.T) {
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To("node-b")},
 	})
 	l := &nodeagent.Lease{Client: client.CoordinationV1(), Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: nodeName}
-	require.NoError(t, l.Release(context.Background()))
+	require.NoError(t, l.Release(context.Background(), false))
 	got, err := client.CoordinationV1().Leases(namespace).Get(context.Background(), nodeagent.DefaultLeaseName, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "node-b", ptr.Deref(got.Spec.HolderIdentity, ""))
+}
+
+// TestLeaseHaltsTheRollout: a release after failed work lists its holder
+// on the Lease, one after success removes it; once MaxFailed other
+// holders are listed, the Lease is not taken (ErrHalted) until the list
+// is cleared. A holder's own earlier failure does not count against it.
+func TestLeaseHaltsTheRollout(t *testing.T) {
+	client := fake.NewClientset()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	lease := func(holder string) *nodeagent.Lease {
+		return &nodeagent.Lease{Client: client.CoordinationV1(), Namespace: namespace, Name: nodeagent.DefaultLeaseName, Holder: holder, Duration: time.Minute, Clock: clk, MaxFailed: 2}
+	}
+	annotation := func() string {
+		got, err := client.CoordinationV1().Leases(namespace).Get(context.Background(), nodeagent.DefaultLeaseName, metav1.GetOptions{})
+		require.NoError(t, err)
+		return got.Annotations[nodeagent.FailedAnnotation]
+	}
+	ctx := context.Background()
+	for _, h := range []string{"node-b/install", "node-a/install"} {
+		l := lease(h)
+		require.NoError(t, l.Acquire(ctx, nil))
+		require.NoError(t, l.Release(ctx, true))
+	}
+	assert.Equal(t, "node-a/install,node-b/install", annotation())
+
+	err := lease("node-c/install").Acquire(ctx, nil)
+	require.ErrorIs(t, err, nodeagent.ErrHalted)
+	assert.Contains(t, err.Error(), "2 nodes failed (node-a/install, node-b/install)")
+	assert.Contains(t, err.Error(), nodeagent.FailedAnnotation)
+
+	// node-a's own failure does not count against node-a: one other.
+	a := lease("node-a/install")
+	require.NoError(t, a.Acquire(ctx, nil))
+	require.NoError(t, a.Release(ctx, false))
+	assert.Equal(t, "node-b/install", annotation(), "a success takes the holder off")
+
+	c := lease("node-c/install")
+	require.NoError(t, c.Acquire(ctx, nil), "one failure of two allowed")
+	require.NoError(t, c.Release(ctx, false))
+
+	unbounded := lease("node-d/install")
+	unbounded.MaxFailed = 0
+	require.NoError(t, unbounded.Acquire(ctx, nil))
+	require.NoError(t, unbounded.Release(ctx, true))
+	assert.Equal(t, "node-b/install,node-d/install", annotation())
 }
