@@ -32,15 +32,29 @@ type Server struct {
 // certificate: --tls-cert-file and --tls-private-key-file (reloaded when
 // they change), or the pair in --cert-dir, generated first (self-signed,
 // for hostname, localhost and the bind address) when it is not there.
-// It asks nothing of the API server: an error here is the configuration's
-// (a port in use, a file that cannot be read), and fails serve's start.
+// It asks nothing of the API server. An error (a port in use, a file that
+// cannot be read) leaves nothing bound: Run tries again later.
 func (o *Options) Listen(hostname string) (*Server, error) {
+	// The generated pair's names are set before it is written: a failed
+	// attempt forgets them, so that the next one generates it again.
+	given := o.Serving.ServerCert.CertKey
+	// ApplyTo sets the port to 0 when it cannot bind it.
+	port := o.Serving.BindPort
 	if err := o.Serving.MaybeDefaultWithSelfSignedCerts(hostname, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+		o.Serving.ServerCert.CertKey = given
 		return nil, fmt.Errorf("--cert-dir %s: %w", o.Serving.ServerCert.CertDirectory, err)
 	}
 	var info *server.SecureServingInfo
 	if err := o.Serving.ApplyTo(&info); err != nil {
-		return nil, fmt.Errorf("--secure-port %d: %w", o.Serving.BindPort, err)
+		o.Serving.ServerCert.CertKey = given
+		o.Serving.BindPort = port
+		// ApplyTo keeps the listener it bound before it failed to load the
+		// certificate, and would serve on it next time: close it.
+		if o.Serving.Listener != nil {
+			_ = o.Serving.Listener.Close()
+			o.Serving.Listener = nil
+		}
+		return nil, fmt.Errorf("--secure-port %d: %w", port, err)
 	}
 	info.Listener = boundListener(info.Listener)
 	return &Server{opts: o, info: info}, nil
