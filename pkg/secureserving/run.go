@@ -48,11 +48,12 @@ func (o *Options) Run(ctx context.Context, hostname string, handler http.Handler
 				return
 			}
 			delay := backoff.Step()
-			// The timer first, so that a fake clock that sees the report
-			// sees the timer.
+			// The timer first, then the report, then the log: whoever sees
+			// the log line sees the report, and a fake clock that sees the
+			// report sees the timer.
 			t := clk.NewTimer(delay)
-			logger.Error(err, "The secure endpoint is down: serve goes on without it and tries again", "address", o.Address(), "retryIn", delay)
 			report(err)
+			logger.Error(err, "The secure endpoint is down: serve goes on without it and tries again", "address", o.Address(), "retryIn", delay)
 			select {
 			case <-ctx.Done():
 				t.Stop()

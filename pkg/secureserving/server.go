@@ -14,7 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/server"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/klog/v2"
 )
 
 // shutdownTimeout is how long a scrape in flight may take once serve
@@ -22,7 +21,7 @@ import (
 const shutdownTimeout = 2 * time.Second
 
 // Server is the secure endpoint, bound to its port with its certificate
-// loaded; Serve starts it.
+// loaded; Run serves it.
 type Server struct {
 	opts *Options
 	info *server.SecureServingInfo
@@ -66,35 +65,18 @@ func (s *Server) Addr() net.Addr { return s.info.Listener.Addr() }
 // CertFile is the serving certificate's file, given or generated.
 func (s *Server) CertFile() string { return s.opts.Serving.ServerCert.CertKey.CertFile }
 
-// Serve serves handler behind authentication and authorization until ctx
-// is done, and returns at once. Building them asks the API server for the
-// cluster's authentication configuration (the client CAs of the
+// serve serves handler behind authentication and authorization until ctx
+// is done. Building them asks the API server for the cluster's
+// authentication configuration (the client CAs of the
 // extension-apiserver-authentication ConfigMap, unless
-// --authentication-skip-lookup): that runs in the background, so a down
-// API server delays nothing but this endpoint, whose connections wait
-// meanwhile; a lookup that fails is tolerated as kube-scheduler tolerates
-// it (--authentication-tolerate-lookup-failure, on by default here):
-// tokens are still reviewed once the API server answers, client
+// --authentication-skip-lookup): Run calls it in the background, so a
+// down API server delays nothing but this endpoint, whose connections
+// wait meanwhile; a lookup that fails is tolerated as kube-scheduler
+// tolerates it (--authentication-tolerate-lookup-failure, on by default
+// here): tokens are still reviewed once the API server answers, client
 // certificates are accepted once the ConfigMap could be read, and
-// front-proxy (request-header) clients not at all. An error is logged
-// and ends the endpoint only, never serve. The returned channel is closed
-// when the endpoint has stopped.
-func (s *Server) Serve(ctx context.Context, handler http.Handler, logger klog.Logger) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		stopped, err := s.serve(ctx, handler)
-		if err != nil {
-			logger.Error(err, "The secure endpoint is off: serve goes on", "address", s.Addr().String())
-			_ = s.info.Listener.Close()
-			return
-		}
-		logger.Info("Serving /metrics and /healthz securely", "address", s.Addr().String(), "certificate", s.CertFile())
-		<-stopped
-	}()
-	return done
-}
-
+// front-proxy (request-header) clients not at all. The returned channel
+// is closed when the endpoint has stopped.
 func (s *Server) serve(ctx context.Context, handler http.Handler) (<-chan struct{}, error) {
 	var authn server.AuthenticationInfo
 	if err := s.opts.Authentication.ApplyTo(&authn, s.info, nil); err != nil {
@@ -131,6 +113,6 @@ func buildHandlerChain(handler http.Handler, authn authenticatorRequest, authz s
 	return genericfilters.WithPanicRecovery(handler, resolver)
 }
 
-// Close closes the listener: the endpoint is down, whether Serve was
-// called or not (Serve's own stop is its context's).
+// Close closes the listener: the endpoint is down, whether it served or
+// not (serve's own stop is its context's).
 func (s *Server) Close() error { return s.info.Listener.Close() }
