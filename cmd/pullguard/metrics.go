@@ -61,7 +61,7 @@ func commonMetrics() []metrics.Registerable {
 // protection gauge (registerServeMetrics) and its CallWatch's
 // (adminOptions.newCallWatch).
 func serveMetrics() []metrics.Registerable {
-	return append([]metrics.Registerable{serveProtection}, criproxy.SilenceMetrics()...)
+	return append([]metrics.Registerable{serveProtection, secureServingUp}, criproxy.SilenceMetrics()...)
 }
 
 // buildInfo is the kubelet's kubernetes_build_info under pullguard's name,
@@ -149,4 +149,24 @@ func registerServeMetrics(protecting bool) {
 	} else {
 		serveProtection.Set(0)
 	}
+}
+
+// secureServingUp is 1 while serve's secure endpoint (--secure-port)
+// serves and 0 while it is down (its port held by another process, its
+// certificate unreadable: serve tries again). serve registers it only
+// with --secure-port set.
+var secureServingUp = metrics.NewGauge(&metrics.GaugeOpts{
+	Namespace:      "pullguard",
+	Name:           "secure_serving_up",
+	Help:           "1 while pullguard serve's secure endpoint (--secure-port) serves /metrics and /healthz, 0 while it cannot (its port held by another process, its certificate unreadable); serve answers the kubelet either way and tries again.",
+	StabilityLevel: metrics.ALPHA,
+})
+
+var registerSecureOnce sync.Once
+
+// registerSecureServingMetric registers secureServingUp, at 0 until the
+// endpoint serves.
+func registerSecureServingMetric() {
+	registerSecureOnce.Do(func() { legacyregistry.MustRegister(secureServingUp) })
+	secureServingUp.Set(0)
 }

@@ -269,15 +269,6 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 		return err
 	}
 	defer lis.Close()
-	// The secure endpoint's port and certificate: a configuration error
-	// stops serve here, before its state is loaded.
-	secure, err := o.listenSecure()
-	if err != nil {
-		return err
-	}
-	if secure != nil {
-		defer secure.Close()
-	}
 	sdNotify(logger, "STATUS=Loading the record store")
 
 	backend, err := o.openBackend(ctx, c, logger)
@@ -315,7 +306,12 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	gs := criproxy.NewGRPCServer(srv, logger, watchOpts...)
 	defer o.admin.startAdmin(o.rootDir, tracker, c.settings.Gates.EnsureSecretPulledImages, logger)()
 
-	handler := metricsHandler(backend, healthzFunc(healthzBody(c.settings), watch))
+	var secure *secureStatus
+	if o.secure.Enabled() {
+		registerSecureServingMetric()
+		secure = &secureStatus{addr: o.secure.Address()}
+	}
+	handler := metricsHandler(backend, healthzFunc(healthzBody(c.settings), watch, secure))
 	metricsSrv, err := o.serveMetrics(handler, logger)
 	if err != nil {
 		return err
@@ -323,10 +319,9 @@ func (o *serveOptions) run(ctx context.Context, stderr io.Writer) error {
 	if metricsSrv != nil {
 		defer metricsSrv.Close()
 	}
-	if secure != nil {
-		// In the background: it waits for the API server, the CRI does not.
-		secure.Serve(ctx, handler, logger)
-	}
+	// In the background: it waits for the API server, and for its port
+	// and certificate while it cannot have them; the CRI waits for none.
+	defer o.startSecure(ctx, handler, secure, logger)()
 
 	// Ready once the runtime answers too: systemd (Type=notify) starts
 	// the kubelet only then.
@@ -506,19 +501,6 @@ func (o *serveOptions) serveMetrics(handler http.Handler, logger klog.Logger) (*
 	}()
 	logger.Info("Serving /metrics and /healthz", "address", l.Addr().String())
 	return srv, nil
-}
-
-// listenSecure binds the secure endpoint and loads or generates its
-// certificate, or returns nil when --secure-port is 0.
-func (o *serveOptions) listenSecure() (*secureserving.Server, error) {
-	if !o.secure.Enabled() {
-		return nil, nil
-	}
-	hostname, err := os.Hostname()
-	if err != nil {
-		return nil, fmt.Errorf("failed to read the host name for the serving certificate: %w", err)
-	}
-	return o.secure.Listen(hostname)
 }
 
 // The bodies of a healthy /healthz: `pullguard doctor` reads which one.

@@ -90,6 +90,6 @@ func healthzSilence(w *criproxy.CallWatch) string {
 const healthzSilent = "warning: not in the kubelet's path"
 
 // healthzFunc is /healthz's body while the backend answers.
-func healthzFunc(body string, w *criproxy.CallWatch) func() string {
-	return func() string { return body + healthzSilence(w) }
+func healthzFunc(body string, w *criproxy.CallWatch, secure *secureStatus) func() string {
+	return func() string { return body + healthzSilence(w) + secure.healthz() }
 }

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/pullguard/pullguard/internal/fakeapiserver"
 	"github.com/pullguard/pullguard/internal/leak"
@@ -155,7 +157,6 @@ func TestServeSecureFlags(t *testing.T) {
 		{name: "-v 8", args: append([]string{"--secure-port", "10265", "-v=8"}, kc...), wantErr: "-v is above 7 with --secure-port set"},
 		{name: "a vmodule at 9", args: append([]string{"--secure-port", "10265", "--vmodule", "webhook=9"}, kc...), wantErr: `--vmodule "webhook=9"`},
 		{name: "a certificate without its key", args: append([]string{"--secure-port", "10265", "--tls-cert-file", "/nonexistent.crt"}, kc...), wantErr: "--tls-cert-file and --tls-private-key-file go together"},
-		{name: "a certificate that cannot be read", args: append([]string{"--secure-port", freePort(t), "--bind-address", "127.0.0.1", "--tls-cert-file", "/nonexistent.crt", "--tls-private-key-file", "/nonexistent.key"}, kc...), wantErr: "--secure-port"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -165,6 +166,81 @@ func TestServeSecureFlags(t *testing.T) {
 			assert.NotEqual(t, 0, res.code)
 			assert.Contains(t, res.stderr, c.wantErr)
 			assert.NotContains(t, res.stderr, "pullguard: serving on", "serve refused before it served")
+		})
+	}
+}
+
+// TestServeSecureEndpointDown: a secure port held by another listener, or
+// a certificate that cannot be read, at serve's start: serve still
+// becomes ready and answers the CRI; the error is logged with the
+// address, pullguard_secure_serving_up is 0 and the plain /healthz says
+// why, still with 200; once the cause is gone, serve's retries bring the
+// endpoint up.
+func TestServeSecureEndpointDown(t *testing.T) {
+	cases := []struct {
+		name string
+		// block makes the endpoint fail, with serve's extra arguments, what
+		// the error says, and the fix.
+		block func(t *testing.T, port string) (args []string, wantErr string, fix func())
+	}{
+		{name: "port held by another listener", block: func(t *testing.T, port string) ([]string, string, func()) {
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = l.Close() })
+			return nil, "address already in use", func() { require.NoError(t, l.Close()) }
+		}},
+		{name: "certificate file unreadable", block: func(t *testing.T, _ string) ([]string, string, func()) {
+			certFile, keyFile := fakeapiserver.ServingCertFiles(t)
+			cert, err := os.ReadFile(certFile)
+			require.NoError(t, err)
+			require.NoError(t, os.Remove(certFile))
+			return []string{"--tls-cert-file", certFile, "--tls-private-key-file", keyFile}, certFile,
+				func() { require.NoError(t, os.WriteFile(certFile, cert, 0o600)) }
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			api := fakeapiserver.Start(t)
+			api.Users = map[string]string{promToken: "system:serviceaccount:monitoring:prometheus"}
+			api.Allowed = map[string]bool{"system:serviceaccount:monitoring:prometheus": true}
+			port := freePort(t)
+			extra, wantErr, fix := c.block(t, port)
+			dir := shortDir(t)
+			root := filepath.Join(dir, "root")
+			addr := net.JoinHostPort("127.0.0.1", port)
+			d := startServe(t, filepath.Join(dir, "pg.sock"), root, append([]string{"--image-service-endpoint", "embedded",
+				"--secure-port", port, "--bind-address", "127.0.0.1",
+				"--authentication-kubeconfig", api.Kubeconfig, "--authorization-kubeconfig", api.Kubeconfig}, extra...)...)
+
+			// Ready, and answering the CRI.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := criClient(t, d.socket).ListImages(ctx, &runtimeapi.ListImagesRequest{})
+			require.NoError(t, err, "serve answers the CRI with its secure endpoint down")
+
+			d.waitLog(t, "The secure endpoint is down")
+			assert.Regexp(t, `"The secure endpoint is down: serve goes on without it and tries again" err=".*`+regexp.QuoteMeta(wantErr)+`.*address="`+regexp.QuoteMeta(addr)+`"`, d.out.String())
+			code, body := d.get(t, "/healthz")
+			assert.Equal(t, http.StatusOK, code, "a liveness probe does not restart serve for its secure endpoint")
+			assert.Contains(t, body, "warning: secure endpoint down: "+addr+": ")
+			assert.Contains(t, body, wantErr)
+			_, body = d.get(t, "/metrics")
+			assert.Contains(t, body, "\npullguard_secure_serving_up 0\n")
+
+			fix()
+			d.waitLog(t, "Serving /metrics and /healthz securely")
+			code, body = d.get(t, "/healthz")
+			assert.Equal(t, http.StatusOK, code)
+			assert.NotContains(t, body, "secure endpoint down")
+			_, body = d.get(t, "/metrics")
+			assert.Contains(t, body, "\npullguard_secure_serving_up 1\n")
+			certFile := filepath.Join(root, "pki", "pullguard.crt")
+			if extra != nil {
+				certFile = extra[1]
+			}
+			code, body = secureGet(t, addr, certFile, "/metrics", promToken)
+			assert.Equal(t, http.StatusOK, code, body)
+			assert.Equal(t, 0, d.stop(t))
 		})
 	}
 }

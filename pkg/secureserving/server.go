@@ -14,7 +14,6 @@ import (
 	"k8s.io/apiserver/pkg/server"
 	genericfilters "k8s.io/apiserver/pkg/server/filters"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/klog/v2"
 )
 
 // shutdownTimeout is how long a scrape in flight may take once serve
@@ -22,7 +21,7 @@ import (
 const shutdownTimeout = 2 * time.Second
 
 // Server is the secure endpoint, bound to its port with its certificate
-// loaded; Serve starts it.
+// loaded; Run serves it.
 type Server struct {
 	opts *Options
 	info *server.SecureServingInfo
@@ -32,15 +31,29 @@ type Server struct {
 // certificate: --tls-cert-file and --tls-private-key-file (reloaded when
 // they change), or the pair in --cert-dir, generated first (self-signed,
 // for hostname, localhost and the bind address) when it is not there.
-// It asks nothing of the API server: an error here is the configuration's
-// (a port in use, a file that cannot be read), and fails serve's start.
+// It asks nothing of the API server. An error (a port in use, a file that
+// cannot be read) leaves nothing bound: Run tries again later.
 func (o *Options) Listen(hostname string) (*Server, error) {
+	// The generated pair's names are set before it is written: a failed
+	// attempt forgets them, so that the next one generates it again.
+	given := o.Serving.ServerCert.CertKey
+	// ApplyTo sets the port to 0 when it cannot bind it.
+	port := o.Serving.BindPort
 	if err := o.Serving.MaybeDefaultWithSelfSignedCerts(hostname, []string{"localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)}); err != nil {
+		o.Serving.ServerCert.CertKey = given
 		return nil, fmt.Errorf("--cert-dir %s: %w", o.Serving.ServerCert.CertDirectory, err)
 	}
 	var info *server.SecureServingInfo
 	if err := o.Serving.ApplyTo(&info); err != nil {
-		return nil, fmt.Errorf("--secure-port %d: %w", o.Serving.BindPort, err)
+		o.Serving.ServerCert.CertKey = given
+		o.Serving.BindPort = port
+		// ApplyTo keeps the listener it bound before it failed to load the
+		// certificate, and would serve on it next time: close it.
+		if o.Serving.Listener != nil {
+			_ = o.Serving.Listener.Close()
+			o.Serving.Listener = nil
+		}
+		return nil, fmt.Errorf("--secure-port %d: %w", port, err)
 	}
 	info.Listener = boundListener(info.Listener)
 	return &Server{opts: o, info: info}, nil
@@ -52,35 +65,18 @@ func (s *Server) Addr() net.Addr { return s.info.Listener.Addr() }
 // CertFile is the serving certificate's file, given or generated.
 func (s *Server) CertFile() string { return s.opts.Serving.ServerCert.CertKey.CertFile }
 
-// Serve serves handler behind authentication and authorization until ctx
-// is done, and returns at once. Building them asks the API server for the
-// cluster's authentication configuration (the client CAs of the
+// serve serves handler behind authentication and authorization until ctx
+// is done. Building them asks the API server for the cluster's
+// authentication configuration (the client CAs of the
 // extension-apiserver-authentication ConfigMap, unless
-// --authentication-skip-lookup): that runs in the background, so a down
-// API server delays nothing but this endpoint, whose connections wait
-// meanwhile; a lookup that fails is tolerated as kube-scheduler tolerates
-// it (--authentication-tolerate-lookup-failure, on by default here):
-// tokens are still reviewed once the API server answers, client
+// --authentication-skip-lookup): Run calls it in the background, so a
+// down API server delays nothing but this endpoint, whose connections
+// wait meanwhile; a lookup that fails is tolerated as kube-scheduler
+// tolerates it (--authentication-tolerate-lookup-failure, on by default
+// here): tokens are still reviewed once the API server answers, client
 // certificates are accepted once the ConfigMap could be read, and
-// front-proxy (request-header) clients not at all. An error is logged
-// and ends the endpoint only, never serve. The returned channel is closed
-// when the endpoint has stopped.
-func (s *Server) Serve(ctx context.Context, handler http.Handler, logger klog.Logger) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		stopped, err := s.serve(ctx, handler)
-		if err != nil {
-			logger.Error(err, "The secure endpoint is off: serve goes on", "address", s.Addr().String())
-			_ = s.info.Listener.Close()
-			return
-		}
-		logger.Info("Serving /metrics and /healthz securely", "address", s.Addr().String(), "certificate", s.CertFile())
-		<-stopped
-	}()
-	return done
-}
-
+// front-proxy (request-header) clients not at all. The returned channel
+// is closed when the endpoint has stopped.
 func (s *Server) serve(ctx context.Context, handler http.Handler) (<-chan struct{}, error) {
 	var authn server.AuthenticationInfo
 	if err := s.opts.Authentication.ApplyTo(&authn, s.info, nil); err != nil {
@@ -117,6 +113,6 @@ func buildHandlerChain(handler http.Handler, authn authenticatorRequest, authz s
 	return genericfilters.WithPanicRecovery(handler, resolver)
 }
 
-// Close closes the listener: the endpoint is down, whether Serve was
-// called or not (Serve's own stop is its context's).
+// Close closes the listener: the endpoint is down, whether it served or
+// not (serve's own stop is its context's).
 func (s *Server) Close() error { return s.info.Listener.Close() }

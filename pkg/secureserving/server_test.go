@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/pullguard/pullguard/internal/fakeapiserver"
 	"github.com/pullguard/pullguard/pkg/secureserving"
@@ -90,25 +91,24 @@ func start(t *testing.T, api *fakeapiserver.Server, root string, args ...string)
 	o.Serving.Listener = l
 	o.Complete(root)
 	require.NoError(t, o.Validate())
-	s, err := o.Listen("node-1")
-	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "pullguard_build_info 1\n") })
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok: protecting") })
-	done := s.Serve(ctx, mux, klog.Background())
+	reports := make(chan error, 1)
+	done := o.Run(ctx, "node-1", mux, clock.RealClock{}, klog.Background(), func(err error) { reports <- err })
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		_ = s.Close()
 	})
-	pem, err := os.ReadFile(s.CertFile())
+	require.NoError(t, <-reports, "up at the first attempt")
+	pem, err := os.ReadFile(o.Serving.ServerCert.CertKey.CertFile)
 	require.NoError(t, err)
 	pool := x509.NewCertPool()
 	require.True(t, pool.AppendCertsFromPEM(pem))
 	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}
 	t.Cleanup(tr.CloseIdleConnections)
-	return endpoint{url: "https://" + s.Addr().String(), client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return endpoint{url: "https://" + o.Address(), client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 func (e endpoint) get(t *testing.T, path, token string) (int, string) {
