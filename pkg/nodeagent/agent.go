@@ -403,7 +403,11 @@ func (a *Agent) uninstall(ctx context.Context) (s Status) {
 	} else if where != "" {
 		return Status{Reason: ReasonUninstallFailed, Message: where + ": the kubelet's own configuration asks serve's socket (a bootstrap recipe's setting?): uninstalled, with serve stopped, the kubelet would have no image service; remove that setting there, then delete this pod; nothing was changed"}
 	}
-	rctx, cancel := a.withTimeout(ctx)
+	// Once begun, a give-back is carried to its end (within the
+	// timeout), a stop or not: half of one would leave the node's files
+	// given back under a kubelet still asking serve, with no manifest left
+	// for the next pod to finish it.
+	rctx, cancel := a.withTimeout(context.WithoutCancel(ctx))
 	defer cancel()
 	sd, closeFn, err := a.Systemd(rctx, o.Root)
 	if err != nil {
