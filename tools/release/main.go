@@ -229,6 +229,10 @@ func release(o options, log io.Writer) ([]artifact, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The digest a DaemonSet pins the image by.
+	if digest, err := idx.Digest(); err == nil {
+		fmt.Fprintf(log, "release: image %s, index digest %s\n", imageRef(s.version), digest)
+	}
 	if err := writeSums(o.dist); err != nil {
 		return nil, err
 	}
