@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,31 +145,7 @@ func TestFleet(t *testing.T) {
 		})
 	}
 	w1.step(t, "every node's metrics through the API server's authentication and authorization", func(t *testing.T) {
-		for _, n := range f.nodes {
-			for _, c := range []struct {
-				who, token string
-				status     int
-			}{
-				{"no token", "", http.StatusUnauthorized},
-				{"a ServiceAccount with no RBAC rule", access.stranger, http.StatusForbidden},
-				{"a ServiceAccount bound to nonResourceURLs /metrics", access.reader, http.StatusOK},
-			} {
-				status, body, err := n.secureGet(ctx, "/metrics", c.token)
-				require.NoError(t, err, "%s's secure /metrics", n.hostname())
-				assert.Equal(t, c.status, status, "%s's /metrics, %s: %s", n.hostname(), c.who, lastBytes([]byte(body), 300))
-				if c.status == http.StatusOK {
-					assert.Contains(t, body, "pullguard_criproxy_requests_total", "%s's serve's metrics", n.hostname())
-				}
-			}
-			status, _, err := n.secureGet(ctx, "/healthz", "")
-			require.NoError(t, err)
-			assert.Equal(t, http.StatusOK, status, "%s's /healthz needs no token", n.hostname())
-			for _, l := range n.pgOut.from(0) {
-				for _, tok := range []string{access.reader, access.stranger} {
-					require.NotContains(t, l, tok, "a token in %s's serve log", n.hostname())
-				}
-			}
-		}
+		f.checkSecureMetrics(t, ctx, access, true)
 	})
 	for _, n := range f.nodes {
 		w1.step(t, "pullguard uninstall --host-root on "+n.hostname()+" gives its kubelet's files back", func(t *testing.T) {
@@ -184,7 +161,12 @@ func TestFleet(t *testing.T) {
 			n.pg.stop(15 * time.Second)
 		})
 	}
-	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; no systemd runs the nodes' kubelets, so the agent rolls each node back as it was", func(t *testing.T) {
+	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; its agent rolls each node back (see docs/testing.md)", func(t *testing.T) {
+		if os.Getenv("PULLGUARD_E2E_FLEET_AGENT_SYSTEMD") == "1" {
+			// Not passing yet: see docs/testing.md.
+			f.daemonSetOnSystemd(t, ctx, roots, []*world{w1, w2}, access, appImage)
+			return
+		}
 		f.daemonSetWithoutSystemd(t, ctx, roots)
 	})
 	t.Logf("TestFleet took %s", time.Since(suite).Round(10*time.Millisecond))
@@ -319,11 +301,8 @@ func (c *cluster) addNode(ctx context.Context, name string, m mode) *cluster {
 	t := c.t
 	n := newCluster(t, m, c.bins)
 	n.node, n.reg, n.apiURL, n.client, n.pki = name, c.reg, c.apiURL, c.client, c.pki
-	var err error
-	n.ns, err = startMountNS(ctx, n.dir)
-	require.NoError(t, err)
-	// Registered first: it ends after every process of the node.
-	t.Cleanup(n.ns.stop)
+	// Booted first: it ends after every process of the node.
+	n.ns = n.bootNodeSystem(c)
 	cert, key, err := c.pki.issue("node-"+name, "system:node:"+name, []string{"system:nodes"}, false)
 	require.NoError(t, err)
 	n.nodeKubeconfig, err = c.pki.kubeconfig("node-"+name, c.apiURL, cert, key)
@@ -456,4 +435,41 @@ func awaitDefaultServiceAccount(ctx context.Context, c *cluster, ns string) erro
 		_, err := c.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
+}
+
+// checkSecureMetrics checks every node's serve's secure endpoint: /metrics
+// answers 401 with no token, 403 to a ServiceAccount bound to nothing, 200
+// to one bound to nonResourceURLs /metrics; /healthz needs no token; with
+// harnessLog, neither token is in the log of the serve the harness runs
+// (else, in pullguard.service's journal in the node's systemd).
+func (f *fleet) checkSecureMetrics(t *testing.T, ctx context.Context, access *metricsAccess, harnessLog bool) {
+	for _, n := range f.nodes {
+		for _, c := range []struct {
+			who, token string
+			status     int
+		}{
+			{"no token", "", http.StatusUnauthorized},
+			{"a ServiceAccount with no RBAC rule", access.stranger, http.StatusForbidden},
+			{"a ServiceAccount bound to nonResourceURLs /metrics", access.reader, http.StatusOK},
+		} {
+			status, body, err := n.secureGet(ctx, "/metrics", c.token)
+			require.NoError(t, err, "%s's secure /metrics", n.hostname())
+			assert.Equal(t, c.status, status, "%s's /metrics, %s: %s", n.hostname(), c.who, lastBytes([]byte(body), 300))
+			if c.status == http.StatusOK {
+				assert.Contains(t, body, "pullguard_criproxy_requests_total", "%s's serve's metrics", n.hostname())
+			}
+		}
+		status, _, err := n.secureGet(ctx, "/healthz", "")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status, "%s's /healthz needs no token", n.hostname())
+		logs := n.pgOut.from(0)
+		if !harnessLog {
+			logs = strings.Split(n.ns.sd.Journal("pullguard.service", 0), "\n")
+		}
+		for _, l := range logs {
+			for _, tok := range []string{access.reader, access.stranger} {
+				require.NotContains(t, l, tok, "a token in %s's serve log", n.hostname())
+			}
+		}
+	}
 }

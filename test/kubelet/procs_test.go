@@ -1,6 +1,8 @@
 package kubelet
 
 import (
+	"github.com/pullguard/pullguard/internal/bootsystemd"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -189,6 +191,10 @@ func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 type mountNS struct {
 	holder *child
 	pid    string
+	// sd, when set, is the node's systemd (bootNodeSystem), whose PID is
+	// pid: it holds the namespace, and root is its root.
+	sd   *bootsystemd.System
+	root string
 	// shadowed maps each directory of the host to the node's own.
 	shadowed map[string]string
 }
@@ -241,4 +247,28 @@ func (ns *mountNS) command(name string, args ...string) (string, []string) {
 
 // stop ends the holder; the namespace ends once the node's processes,
 // stopped before it, are gone.
-func (ns *mountNS) stop() { ns.holder.stop(5 * time.Second) }
+// commandInPIDNS is command, but in a node's systemd's PID namespace too
+// (nsenter forks then: the PID is nsenter's, and the program ends at the
+// latest with the namespace's systemd, killed at the end), with that PID
+// namespace's /proc. containerd runs
+// there: its pods' processes, the node agent among them, are then seen by
+// the node's systemd, which refuses a client on its private socket whose
+// PID it cannot see, as a node's systemd sees every process of the node.
+func (ns *mountNS) commandInPIDNS(name string, args ...string) (string, []string) {
+	if ns == nil || ns.sd == nil {
+		return ns.command(name, args...)
+	}
+	// A mount namespace of its own in the node's, whose mounts stay
+	// shared with it, but for its /proc: that of the node's PID namespace,
+	// which containerd and runc read their own processes in.
+	script := `mount --make-private /proc && mount -t proc proc /proc && exec "$0" "$@"`
+	return "nsenter", append([]string{"--target", ns.pid, "--mount", "--pid", "--",
+		"unshare", "--mount", "--propagation", "unchanged", "/bin/sh", "-c", script, name}, args...)
+}
+
+// A node's systemd is killed by its own cleanup (bootsystemd.Boot).
+func (ns *mountNS) stop() {
+	if ns.holder != nil {
+		ns.holder.stop(5 * time.Second)
+	}
+}
