@@ -34,21 +34,23 @@ const fleetLock = "pullguard-e2e-fleet.lock"
 
 // TestFleet: one control plane (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler) and two nodes on this machine,
-// each with its own containerd and kubelet in a mount namespace of its own
-// (mountNS: the kubelet's fixed paths under /var/lib/kubelet, /var/log
-// and containerd's under /run are the node's), all on 127.0.0.1.
+// each run by a real systemd booted as PID 1 of the node's own PID and
+// mount namespaces (bootNodeSystem: the kubelet's fixed paths under
+// /var/lib/kubelet, /var/log and containerd's under /run are the node's),
+// with its own containerd and kubelet, all on 127.0.0.1.
 // `pullguard install --host-root` is run in each node's namespace on a
 // kubeadm-shaped root (as TestInstallOnTheKubelet does on one node), and
-// the harness restarts the kubelet from the root's files: the stand-in for
-// `--restart-kubelet`, since no systemd runs the nodes' kubelets (see
-// docs/testing.md). Then, on every node, tenant B is refused and tenant
-// A's second pod needs no registry request; A's pod scheduled on node 2
-// after A pulled on node 1 is verified there (records are per node);
-// every node's serve is scraped on its secure endpoint through the API
-// server's authentication and authorization (401, 403, 200);
-// `pullguard uninstall` gives every kubelet file back. Last,
-// deploy/daemonset runs with the release's image on both nodes
-// (daemonSetWithoutSystemd), then its uninstall mode.
+// the harness restarts its kubelet from the root's files: the stand-in for
+// `--restart-kubelet` in these steps (see docs/testing.md). Then, on every
+// node, tenant B is refused and tenant A's second pod needs no registry
+// request; A's pod scheduled on node 2 after A pulled on node 1 is
+// verified there (records are per node); every node's serve is scraped on
+// its secure endpoint through the API server's authentication and
+// authorization (401, 403, 200); `pullguard uninstall` gives every kubelet
+// file back. Last, deploy/daemonset runs with the release's image on both
+// nodes on a root no systemd answers for (daemonSetWithoutSystemd), then
+// its uninstall mode; with PULLGUARD_E2E_FLEET_AGENT_SYSTEMD=1, on the
+// nodes' systemd instead (daemonSetOnSystemd, not passing yet).
 //
 // It runs with `make e2e-fleet` (PULLGUARD_E2E_FLEET=1, as root).
 func TestFleet(t *testing.T) {
