@@ -142,7 +142,7 @@ state = %q
 			env = append(env, kv)
 		}
 	}
-	name, args := ns.command(filepath.Join(bin, "containerd"), "--config", path)
+	name, args := ns.commandInPIDNS(filepath.Join(bin, "containerd"), "--config", path)
 	if c.proc, err = spawn(c.out, env, name, args...); err != nil {
 		return nil, err
 	}

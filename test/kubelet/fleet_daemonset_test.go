@@ -250,6 +250,7 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 			require.NoError(t, os.WriteFile(dst, data, 0o600))
 		}
 		link := filepath.Join(n.ns.shadowed["/var/lib"], strings.TrimPrefix(hostRootInNamespace, "/var/lib/"))
+		require.NoError(t, os.RemoveAll(link)) // systemd's node root's mount point (bootNodeSystem), unused here
 		require.NoError(t, os.Symlink(root, link))
 		before[n] = rootFiles(t, root)
 	}
@@ -270,7 +271,7 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 
 	// Every node gets the agent, which reports: an event of its own on its
 	// pod, the pod not ready.
-	pods, events := f.awaitAgents(t, ctx, ds)
+	pods, events := f.awaitAgents(t, ctx, ds, len(f.nodes))
 	t.Logf("the agent reported on every node %s after the manifests were applied", time.Since(start).Round(100*time.Millisecond))
 	for node, evs := range events {
 		t.Logf("%s: the agent's events: %s", node, strings.Join(evs, " | "))
@@ -305,7 +306,7 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 	require.True(t, ok, "uninstall.yaml holds a DaemonSet")
 	forTheFleet(t, uds, image, f.cp.apiURL)
 	f.apply(t, ctx, un)
-	_, events = f.awaitAgents(t, ctx, uds)
+	_, events = f.awaitAgents(t, ctx, uds, len(f.nodes))
 	for node, evs := range events {
 		t.Logf("%s: the uninstall agent's events: %s", node, strings.Join(evs, " | "))
 		require.True(t, slices.ContainsFunc(evs, func(e string) bool { return strings.HasPrefix(e, nodeagent.ReasonNotInstalled+": ") }),
@@ -317,10 +318,10 @@ func (f *fleet) daemonSetWithoutSystemd(t *testing.T, ctx context.Context, roots
 	}
 }
 
-// awaitAgents waits until ds has a pod on every node whose agent recorded
+// awaitAgents waits until ds has a pod on want nodes whose agent recorded
 // an outcome, and returns the pods and their agent's events by node; on a
 // timeout it fails with the pods' states and the nodes' containerd logs.
-func (f *fleet) awaitAgents(t *testing.T, ctx context.Context, ds *appsv1.DaemonSet) (map[string]corev1.Pod, map[string][]string) {
+func (f *fleet) awaitAgents(t *testing.T, ctx context.Context, ds *appsv1.DaemonSet, want int) (map[string]corev1.Pod, map[string][]string) {
 	var pods map[string]corev1.Pod
 	events := map[string][]string{}
 	err := poll(5*time.Minute, time.Second, func() (bool, error) {
@@ -328,7 +329,7 @@ func (f *fleet) awaitAgents(t *testing.T, ctx context.Context, ds *appsv1.Daemon
 		if pods, err = f.agentPods(ctx, ds); err != nil {
 			return false, err
 		}
-		done := len(pods) == len(f.nodes)
+		done := len(pods) == want
 		for node, p := range pods {
 			var ended bool
 			if events[node], ended, err = f.agentEvents(ctx, p); err != nil {
@@ -347,7 +348,7 @@ func (f *fleet) awaitAgents(t *testing.T, ctx context.Context, ds *appsv1.Daemon
 			summary = append(summary, podSummary(p))
 		}
 		for _, n := range f.nodes {
-			summary = append(summary, n.hostname()+"'s kubelet: "+n.klOut.tail(10), n.hostname()+"'s containerd: "+n.ctrd.out.tail(5))
+			summary = append(summary, n.hostname()+"'s kubelet: "+n.kubeletJournal(10), n.hostname()+"'s containerd: "+n.ctrd.out.tail(5))
 		}
 		require.NoError(t, err, "%s", strings.Join(summary, "\n"))
 	}

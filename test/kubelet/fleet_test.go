@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,21 +34,23 @@ const fleetLock = "pullguard-e2e-fleet.lock"
 
 // TestFleet: one control plane (etcd, kube-apiserver,
 // kube-controller-manager, kube-scheduler) and two nodes on this machine,
-// each with its own containerd and kubelet in a mount namespace of its own
-// (mountNS: the kubelet's fixed paths under /var/lib/kubelet, /var/log
-// and containerd's under /run are the node's), all on 127.0.0.1.
+// each run by a real systemd booted as PID 1 of the node's own PID and
+// mount namespaces (bootNodeSystem: the kubelet's fixed paths under
+// /var/lib/kubelet, /var/log and containerd's under /run are the node's),
+// with its own containerd and kubelet, all on 127.0.0.1.
 // `pullguard install --host-root` is run in each node's namespace on a
 // kubeadm-shaped root (as TestInstallOnTheKubelet does on one node), and
-// the harness restarts the kubelet from the root's files: the stand-in for
-// `--restart-kubelet`, since no systemd runs the nodes' kubelets (see
-// docs/testing.md). Then, on every node, tenant B is refused and tenant
-// A's second pod needs no registry request; A's pod scheduled on node 2
-// after A pulled on node 1 is verified there (records are per node);
-// every node's serve is scraped on its secure endpoint through the API
-// server's authentication and authorization (401, 403, 200);
-// `pullguard uninstall` gives every kubelet file back. Last,
-// deploy/daemonset runs with the release's image on both nodes
-// (daemonSetWithoutSystemd), then its uninstall mode.
+// the harness restarts its kubelet from the root's files: the stand-in for
+// `--restart-kubelet` in these steps (see docs/testing.md). Then, on every
+// node, tenant B is refused and tenant A's second pod needs no registry
+// request; A's pod scheduled on node 2 after A pulled on node 1 is
+// verified there (records are per node); every node's serve is scraped on
+// its secure endpoint through the API server's authentication and
+// authorization (401, 403, 200); `pullguard uninstall` gives every kubelet
+// file back. Last, deploy/daemonset runs with the release's image on both
+// nodes on a root no systemd answers for (daemonSetWithoutSystemd), then
+// its uninstall mode; with PULLGUARD_E2E_FLEET_AGENT_SYSTEMD=1, on the
+// nodes' systemd instead (daemonSetOnSystemd, not passing yet).
 //
 // It runs with `make e2e-fleet` (PULLGUARD_E2E_FLEET=1, as root).
 func TestFleet(t *testing.T) {
@@ -144,31 +147,7 @@ func TestFleet(t *testing.T) {
 		})
 	}
 	w1.step(t, "every node's metrics through the API server's authentication and authorization", func(t *testing.T) {
-		for _, n := range f.nodes {
-			for _, c := range []struct {
-				who, token string
-				status     int
-			}{
-				{"no token", "", http.StatusUnauthorized},
-				{"a ServiceAccount with no RBAC rule", access.stranger, http.StatusForbidden},
-				{"a ServiceAccount bound to nonResourceURLs /metrics", access.reader, http.StatusOK},
-			} {
-				status, body, err := n.secureGet(ctx, "/metrics", c.token)
-				require.NoError(t, err, "%s's secure /metrics", n.hostname())
-				assert.Equal(t, c.status, status, "%s's /metrics, %s: %s", n.hostname(), c.who, lastBytes([]byte(body), 300))
-				if c.status == http.StatusOK {
-					assert.Contains(t, body, "pullguard_criproxy_requests_total", "%s's serve's metrics", n.hostname())
-				}
-			}
-			status, _, err := n.secureGet(ctx, "/healthz", "")
-			require.NoError(t, err)
-			assert.Equal(t, http.StatusOK, status, "%s's /healthz needs no token", n.hostname())
-			for _, l := range n.pgOut.from(0) {
-				for _, tok := range []string{access.reader, access.stranger} {
-					require.NotContains(t, l, tok, "a token in %s's serve log", n.hostname())
-				}
-			}
-		}
+		f.checkSecureMetrics(t, ctx, access, true)
 	})
 	for _, n := range f.nodes {
 		w1.step(t, "pullguard uninstall --host-root on "+n.hostname()+" gives its kubelet's files back", func(t *testing.T) {
@@ -184,7 +163,12 @@ func TestFleet(t *testing.T) {
 			n.pg.stop(15 * time.Second)
 		})
 	}
-	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; no systemd runs the nodes' kubelets, so the agent rolls each node back as it was", func(t *testing.T) {
+	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; its agent rolls each node back (see docs/testing.md)", func(t *testing.T) {
+		if os.Getenv("PULLGUARD_E2E_FLEET_AGENT_SYSTEMD") == "1" {
+			// Not passing yet: see docs/testing.md.
+			f.daemonSetOnSystemd(t, ctx, roots, []*world{w1, w2}, access, appImage)
+			return
+		}
 		f.daemonSetWithoutSystemd(t, ctx, roots)
 	})
 	t.Logf("TestFleet took %s", time.Since(suite).Round(10*time.Millisecond))
@@ -319,11 +303,8 @@ func (c *cluster) addNode(ctx context.Context, name string, m mode) *cluster {
 	t := c.t
 	n := newCluster(t, m, c.bins)
 	n.node, n.reg, n.apiURL, n.client, n.pki = name, c.reg, c.apiURL, c.client, c.pki
-	var err error
-	n.ns, err = startMountNS(ctx, n.dir)
-	require.NoError(t, err)
-	// Registered first: it ends after every process of the node.
-	t.Cleanup(n.ns.stop)
+	// Booted first: it ends after every process of the node.
+	n.ns = n.bootNodeSystem(c)
 	cert, key, err := c.pki.issue("node-"+name, "system:node:"+name, []string{"system:nodes"}, false)
 	require.NoError(t, err)
 	n.nodeKubeconfig, err = c.pki.kubeconfig("node-"+name, c.apiURL, cert, key)
@@ -456,4 +437,41 @@ func awaitDefaultServiceAccount(ctx context.Context, c *cluster, ns string) erro
 		_, err := c.client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, err
 	})
+}
+
+// checkSecureMetrics checks every node's serve's secure endpoint: /metrics
+// answers 401 with no token, 403 to a ServiceAccount bound to nothing, 200
+// to one bound to nonResourceURLs /metrics; /healthz needs no token; with
+// harnessLog, neither token is in the log of the serve the harness runs
+// (else, in pullguard.service's journal in the node's systemd).
+func (f *fleet) checkSecureMetrics(t *testing.T, ctx context.Context, access *metricsAccess, harnessLog bool) {
+	for _, n := range f.nodes {
+		for _, c := range []struct {
+			who, token string
+			status     int
+		}{
+			{"no token", "", http.StatusUnauthorized},
+			{"a ServiceAccount with no RBAC rule", access.stranger, http.StatusForbidden},
+			{"a ServiceAccount bound to nonResourceURLs /metrics", access.reader, http.StatusOK},
+		} {
+			status, body, err := n.secureGet(ctx, "/metrics", c.token)
+			require.NoError(t, err, "%s's secure /metrics", n.hostname())
+			assert.Equal(t, c.status, status, "%s's /metrics, %s: %s", n.hostname(), c.who, lastBytes([]byte(body), 300))
+			if c.status == http.StatusOK {
+				assert.Contains(t, body, "pullguard_criproxy_requests_total", "%s's serve's metrics", n.hostname())
+			}
+		}
+		status, _, err := n.secureGet(ctx, "/healthz", "")
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, status, "%s's /healthz needs no token", n.hostname())
+		logs := n.pgOut.from(0)
+		if !harnessLog {
+			logs = strings.Split(n.ns.sd.Journal("pullguard.service", 0), "\n")
+		}
+		for _, l := range logs {
+			for _, tok := range []string{access.reader, access.stranger} {
+				require.NotContains(t, l, tok, "a token in %s's serve log", n.hostname())
+			}
+		}
+	}
 }

@@ -1,6 +1,8 @@
 package kubelet
 
 import (
+	"github.com/pullguard/pullguard/internal/bootsystemd"
+
 	"bufio"
 	"context"
 	"fmt"
@@ -8,8 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,59 +177,27 @@ func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 	}
 }
 
-// mountNS is a mount namespace of a node's own: a process started by
-// unshare holds it, with the directories the kubelet and containerd use
-// whatever their configuration says (/run, /var/lib, /var/log: the
-// kubelet's device-plugins and pod-resources sockets, /var/log/pods and
-// /var/log/containers, containerd's shim sockets under /run/containerd)
-// bind-mounted from the node's own directory; the node's commands enter
-// it with nsenter, which execs them (no fork: their PID is the one the
-// test stops). The namespace, and every mount made in it, ends with the
-// last process in it.
+// mountNS is a fleet node's namespace: its systemd's mount and PID
+// namespaces (bootNodeSystem), in which the directories the kubelet and
+// containerd use whatever their configuration says (/run, /var/lib,
+// /var/log: the kubelet's device-plugins and pod-resources sockets,
+// /var/log/pods and /var/log/containers, containerd's shim sockets under
+// /run/containerd) are the node's own; the harness's commands enter it
+// with nsenter, which execs them (no fork: their PID is the one the test
+// stops; commandInPIDNS forks). The namespace, and every mount made in it,
+// ends with its systemd, killed by its PID at the end.
 type mountNS struct {
-	holder *child
-	pid    string
+	// pid is the node's systemd's PID on the host, sd the system, root
+	// its root.
+	pid  string
+	sd   *bootsystemd.System
+	root string
 	// shadowed maps each directory of the host to the node's own.
 	shadowed map[string]string
 }
 
 // shadowedDirs are the host's directories a node's namespace replaces.
 var shadowedDirs = []string{"/run", "/var/lib", "/var/log"}
-
-// startMountNS starts a namespace whose shadowed directories are under
-// dir; the holder is stopped by its PID at the end.
-func startMountNS(ctx context.Context, dir string) (*mountNS, error) {
-	ns := &mountNS{shadowed: map[string]string{}}
-	script := "set -e\n"
-	for _, d := range shadowedDirs {
-		own := filepath.Join(dir, strings.ReplaceAll(strings.TrimPrefix(d, "/"), "/", "-"))
-		if err := os.MkdirAll(own, 0o755); err != nil {
-			return nil, err
-		}
-		ns.shadowed[d] = own
-		script += fmt.Sprintf("mount --bind %q %q\n", own, d)
-	}
-	// Shared within the namespace (a peer group of its own: unshare made
-	// every mount private first), as a node's / is: a volume with
-	// mountPropagation HostToContainer needs its source shared or slave.
-	script += "mount --make-rshared /\necho ready\nexec sleep infinity\n"
-	out, err := newOutput(filepath.Join(dir, "namespace.log"))
-	if err != nil {
-		return nil, err
-	}
-	// unshare execs the shell, which execs sleep: one PID throughout.
-	if ns.holder, err = spawn(out, nil, "unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script); err != nil {
-		return nil, err
-	}
-	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := out.await(wait, 0, "ready"); err != nil {
-		ns.holder.stop(5 * time.Second)
-		return nil, fmt.Errorf("mount namespace: %w\n%s", err, out.tail(10))
-	}
-	ns.pid = strconv.Itoa(ns.holder.cmd.Process.Pid)
-	return ns, nil
-}
 
 // command is name with args run in ns (nil: the test's namespace).
 func (ns *mountNS) command(name string, args ...string) (string, []string) {
@@ -239,6 +207,21 @@ func (ns *mountNS) command(name string, args ...string) (string, []string) {
 	return "nsenter", append([]string{"--target", ns.pid, "--mount", "--", name}, args...)
 }
 
-// stop ends the holder; the namespace ends once the node's processes,
-// stopped before it, are gone.
-func (ns *mountNS) stop() { ns.holder.stop(5 * time.Second) }
+// commandInPIDNS is command, but in a node's systemd's PID namespace too
+// (nsenter forks then: the PID is nsenter's, and the program ends at the
+// latest with the namespace's systemd, killed at the end), with that PID
+// namespace's /proc. containerd runs
+// there: its pods' processes, the node agent among them, are then seen by
+// the node's systemd, which refuses a client on its private socket whose
+// PID it cannot see, as a node's systemd sees every process of the node.
+func (ns *mountNS) commandInPIDNS(name string, args ...string) (string, []string) {
+	if ns == nil || ns.sd == nil {
+		return ns.command(name, args...)
+	}
+	// A mount namespace of its own in the node's, whose mounts stay
+	// shared with it, but for its /proc: that of the node's PID namespace,
+	// which containerd and runc read their own processes in.
+	script := `mount --make-private /proc && mount -t proc proc /proc && exec "$0" "$@"`
+	return "nsenter", append([]string{"--target", ns.pid, "--mount", "--pid", "--",
+		"unshare", "--mount", "--propagation", "unchanged", "/bin/sh", "-c", script, name}, args...)
+}

@@ -24,21 +24,14 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/pullguard/pullguard/internal/bootsystemd"
 	"github.com/pullguard/pullguard/internal/debpkg"
-)
-
-// The root's Debian release and packages; the cache is keyed by them.
-const (
-	suite    = "bookworm"
-	packages = "systemd,systemd-sysv,dbus"
-	cacheDir = "/var/cache/pullguard-e2e"
 )
 
 // The node's files, as the units name them.
@@ -68,7 +61,7 @@ func TestRealSystemd(t *testing.T) {
 	}
 	suiteStart := time.Now()
 	start := time.Now()
-	root := newRoot(t)
+	root := bootsystemd.NewRoot(t, "")
 	t.Logf("root ready in %s", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	deb := releaseDeb(t)
@@ -77,16 +70,16 @@ func TestRealSystemd(t *testing.T) {
 	installNode(t, root, deb, report.Addr().String())
 
 	start = time.Now()
-	sd := boot(t, root)
+	sd := bootsystemd.Boot(t, root, bootsystemd.Options{})
 	t.Logf("systemd booted in %s", time.Since(start).Round(time.Millisecond))
 	t.Cleanup(func() { t.Logf("the suite took %s", time.Since(suiteStart).Round(time.Second)) })
 
-	sd.run(t, "systemctl", "start", "containerd.service")
+	sd.Run(t, "systemctl", "start", "containerd.service")
 
 	if !t.Run("package", func(t *testing.T) {
-		out := sd.run(t, "dpkg", "-i", "/var/tmp/"+filepath.Base(deb))
+		out := sd.Run(t, "dpkg", "-i", "/var/tmp/"+filepath.Base(deb))
 		t.Logf("dpkg -i: %s", out)
-		files := strings.Split(sd.run(t, "dpkg", "-L", "pullguard"), "\n")
+		files := strings.Split(sd.Run(t, "dpkg", "-L", "pullguard"), "\n")
 		for _, f := range []string{
 			"/usr/bin/pullguard",
 			"/usr/lib/systemd/system/pullguard.service",
@@ -95,93 +88,93 @@ func TestRealSystemd(t *testing.T) {
 			"/usr/share/pullguard/config-snippet.yaml",
 		} {
 			assert.Contains(t, files, f)
-			sd.run(t, "test", "-f", f)
+			sd.Run(t, "test", "-f", f)
 		}
 		for _, f := range files {
 			assert.False(t, strings.HasPrefix(f, "/etc/"), "the package installs nothing under /etc: %s", f)
 		}
-		assert.Contains(t, sd.run(t, "pullguard", "--version"), releaseVersion)
+		assert.Contains(t, sd.Run(t, "pullguard", "--version"), releaseVersion)
 		// The package enabled and started nothing.
 		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
-			assert.Equal(t, "disabled", sd.isEnabled(u), u)
-			assert.Equal(t, "inactive", sd.show(t, u, "ActiveState"), u)
+			assert.Equal(t, "disabled", sd.IsEnabled(u), u)
+			assert.Equal(t, "inactive", sd.Show(t, u, "ActiveState"), u)
 		}
-		_, err := sd.try("test", "-e", "/etc/systemd/system/kubelet.service.d/20-pullguard.conf")
+		_, err := sd.Try("test", "-e", "/etc/systemd/system/kubelet.service.d/20-pullguard.conf")
 		assert.Error(t, err, "the package puts no drop-in into the kubelet's unit")
-		_, err = sd.try("test", "-e", serveSocket)
+		_, err = sd.Try("test", "-e", serveSocket)
 		assert.Error(t, err, "no socket before the operator starts one")
 		// The operator starts serve by hand in the next steps (docs/serve.md
 		// "The units"): systemd reads the package's units.
-		sd.run(t, "systemctl", "daemon-reload")
+		sd.Run(t, "systemctl", "daemon-reload")
 	}) {
 		t.FailNow()
 	}
 
 	t.Run("socket activation", func(t *testing.T) {
-		sd.run(t, "systemctl", "start", "pullguard.socket")
-		assert.Equal(t, "inactive", sd.show(t, "pullguard.service", "ActiveState"), "the socket alone starts no serve")
-		assert.Equal(t, "srw-rw---- root root", sd.run(t, "stat", "-c", "%A %U %G", serveSocket), "SocketMode=0660, root's")
+		sd.Run(t, "systemctl", "start", "pullguard.socket")
+		assert.Equal(t, "inactive", sd.Show(t, "pullguard.service", "ActiveState"), "the socket alone starts no serve")
+		assert.Equal(t, "srw-rw---- root root", sd.Run(t, "stat", "-c", "%A %U %G", serveSocket), "SocketMode=0660, root's")
 		// A client's connection starts serve; it is answered.
-		assert.Equal(t, "OK", sd.run(t, "/usr/local/bin/fakecri", "fsinfo", serveSocket))
-		assert.Equal(t, "active", sd.show(t, "pullguard.service", "ActiveState"))
-		assert.Contains(t, sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "socketFromSystemd=true")
+		assert.Equal(t, "OK", sd.Run(t, "/usr/local/bin/fakecri", "fsinfo", serveSocket))
+		assert.Equal(t, "active", sd.Show(t, "pullguard.service", "ActiveState"))
+		assert.Contains(t, sd.Run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "socketFromSystemd=true")
 	})
 
 	t.Run("READY", func(t *testing.T) {
 		// Type=notify: systemctl start returns once serve said READY=1
 		// (StatusText is serve's STATUS= after it).
-		assert.Equal(t, "notify", sd.show(t, "pullguard.service", "Type"))
-		assert.Equal(t, "-999", sd.show(t, "pullguard.service", "OOMScoreAdjust"))
-		sd.run(t, "systemctl", "stop", "pullguard.service")
-		sd.run(t, "test", "-S", serveSocket) // systemd's socket stays
-		sd.run(t, "systemctl", "start", "pullguard.service")
-		assert.Equal(t, "running", sd.show(t, "pullguard.service", "SubState"))
-		assert.Equal(t, "Serving on unix://"+serveSocket, sd.show(t, "pullguard.service", "StatusText"))
+		assert.Equal(t, "notify", sd.Show(t, "pullguard.service", "Type"))
+		assert.Equal(t, "-999", sd.Show(t, "pullguard.service", "OOMScoreAdjust"))
+		sd.Run(t, "systemctl", "stop", "pullguard.service")
+		sd.Run(t, "test", "-S", serveSocket) // systemd's socket stays
+		sd.Run(t, "systemctl", "start", "pullguard.service")
+		assert.Equal(t, "running", sd.Show(t, "pullguard.service", "SubState"))
+		assert.Equal(t, "Serving on unix://"+serveSocket, sd.Show(t, "pullguard.service", "StatusText"))
 
 		// No READY while the runtime is down: the start fails, and
 		// serve is started again (Restart=always) until it answers.
 		// (Masked: serve's Wants= would start it again.)
-		sd.run(t, "systemctl", "stop", "containerd.service")
-		sd.run(t, "systemctl", "mask", "--runtime", "containerd.service")
-		_, err := sd.try("systemctl", "restart", "pullguard.service")
-		assert.Error(t, err, "a start with the runtime down does not succeed: %s", sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat", "-n", "20"))
-		assert.Equal(t, "activating", sd.show(t, "pullguard.service", "ActiveState"))
-		assert.Equal(t, "auto-restart", sd.show(t, "pullguard.service", "SubState"))
-		sd.run(t, "systemctl", "unmask", "--runtime", "containerd.service")
-		sd.run(t, "systemctl", "start", "containerd.service")
-		sd.run(t, "systemctl", "start", "pullguard.service")
-		assert.Equal(t, "active", sd.show(t, "pullguard.service", "ActiveState"))
+		sd.Run(t, "systemctl", "stop", "containerd.service")
+		sd.Run(t, "systemctl", "mask", "--runtime", "containerd.service")
+		_, err := sd.Try("systemctl", "restart", "pullguard.service")
+		assert.Error(t, err, "a start with the runtime down does not succeed: %s", sd.Run(t, "journalctl", "-u", "pullguard.service", "-o", "cat", "-n", "20"))
+		assert.Equal(t, "activating", sd.Show(t, "pullguard.service", "ActiveState"))
+		assert.Equal(t, "auto-restart", sd.Show(t, "pullguard.service", "SubState"))
+		sd.Run(t, "systemctl", "unmask", "--runtime", "containerd.service")
+		sd.Run(t, "systemctl", "start", "containerd.service")
+		sd.Run(t, "systemctl", "start", "pullguard.service")
+		assert.Equal(t, "active", sd.Show(t, "pullguard.service", "ActiveState"))
 
 		// A restart of containerd leaves serve running (Wants=, not Requires=).
-		pid := sd.show(t, "pullguard.service", "MainPID")
-		sd.run(t, "systemctl", "restart", "containerd.service")
-		assert.Equal(t, "active", sd.show(t, "pullguard.service", "ActiveState"))
-		assert.Equal(t, pid, sd.show(t, "pullguard.service", "MainPID"))
+		pid := sd.Show(t, "pullguard.service", "MainPID")
+		sd.Run(t, "systemctl", "restart", "containerd.service")
+		assert.Equal(t, "active", sd.Show(t, "pullguard.service", "ActiveState"))
+		assert.Equal(t, pid, sd.Show(t, "pullguard.service", "MainPID"))
 
 		// Killed, serve comes back.
-		restarts := sd.show(t, "pullguard.service", "NRestarts")
-		sd.run(t, "systemctl", "kill", "--kill-whom=main", "--signal=KILL", "pullguard.service")
-		sd.run(t, "systemctl", "start", "pullguard.service")
-		assert.NotEqual(t, pid, sd.show(t, "pullguard.service", "MainPID"))
-		assert.NotEqual(t, restarts, sd.show(t, "pullguard.service", "NRestarts"))
+		restarts := sd.Show(t, "pullguard.service", "NRestarts")
+		sd.Run(t, "systemctl", "kill", "--kill-whom=main", "--signal=KILL", "pullguard.service")
+		sd.Run(t, "systemctl", "start", "pullguard.service")
+		assert.NotEqual(t, pid, sd.Show(t, "pullguard.service", "MainPID"))
+		assert.NotEqual(t, restarts, sd.Show(t, "pullguard.service", "NRestarts"))
 	})
 
 	t.Run("stop", func(t *testing.T) {
-		sd.run(t, "systemctl", "stop", "pullguard.service")
-		assert.Contains(t, sd.run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "Stopped")
-		sd.run(t, "test", "-S", serveSocket)
-		sd.run(t, "systemctl", "stop", "pullguard.socket")
-		_, err := sd.try("test", "-e", serveSocket)
+		sd.Run(t, "systemctl", "stop", "pullguard.service")
+		assert.Contains(t, sd.Run(t, "journalctl", "-u", "pullguard.service", "-o", "cat"), "Stopped")
+		sd.Run(t, "test", "-S", serveSocket)
+		sd.Run(t, "systemctl", "stop", "pullguard.socket")
+		_, err := sd.Try("test", "-e", serveSocket)
 		assert.Error(t, err, "stopping the socket unit removes the socket")
 	})
 
 	// The kubelet, before the install, on its runtime.
-	sd.run(t, "systemctl", "start", "kubelet.service")
-	sd.waitKubelet(t, containerdEndpoint)
+	sd.Run(t, "systemctl", "start", "kubelet.service")
+	waitKubelet(t, sd, containerdEndpoint)
 	before := kubeletFiles(t, root)
 	// What $HOME the kubelet has, started by systemd (no User=): where
 	// it searches $HOME/.docker for the node's credentials.
-	environ := sd.run(t, "cat", "/proc/"+sd.show(t, "kubelet.service", "MainPID")+"/environ")
+	environ := sd.Run(t, "cat", "/proc/"+sd.Show(t, "kubelet.service", "MainPID")+"/environ")
 	home := "unset"
 	for _, kv := range strings.Split(environ, "\x00") {
 		if v, ok := strings.CutPrefix(kv, "HOME="); ok {
@@ -193,28 +186,28 @@ func TestRealSystemd(t *testing.T) {
 
 	if !t.Run("install", func(t *testing.T) {
 		// D-Bus is masked: install reaches systemd at its private socket.
-		_, err := sd.try("test", "-e", "/run/dbus/system_bus_socket")
+		_, err := sd.Try("test", "-e", "/run/dbus/system_bus_socket")
 		require.Error(t, err, "no system bus in the booted root")
-		sd.run(t, "test", "-S", "/run/systemd/private")
+		sd.Run(t, "test", "-S", "/run/systemd/private")
 		start := time.Now()
-		out, err := sd.try("pullguard", "install", "--restart-kubelet")
+		out, err := sd.Try("pullguard", "install", "--restart-kubelet")
 		require.NoError(t, err, "pullguard install --restart-kubelet: %s\nserve: %s\nkubelet: %s", out,
-			sd.journal("pullguard.service", 30), sd.journal("kubelet.service", 10))
+			sd.Journal("pullguard.service", 30), sd.Journal("kubelet.service", 10))
 		t.Logf("pullguard install --restart-kubelet took %s:\n%s", time.Since(start).Round(time.Millisecond), lastLines(out, 3))
 		assert.Contains(t, out, "the kubelet restarted onto serve")
 		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
-			assert.Equal(t, "enabled", sd.isEnabled(u), u)
-			assert.Equal(t, "active", sd.show(t, u, "ActiveState"), u)
+			assert.Equal(t, "enabled", sd.IsEnabled(u), u)
+			assert.Equal(t, "active", sd.Show(t, u, "ActiveState"), u)
 		}
 		// The kubelet now asks serve, and serve sees its calls.
-		sd.waitKubelet(t, "unix://"+serveSocket)
+		waitKubelet(t, sd, "unix://"+serveSocket)
 		metrics := serveMetrics(t)
 		assert.Equal(t, "0", metrics["pullguard_criproxy_silent"], "serve is not silent")
 		last, err := strconv.ParseFloat(metrics["pullguard_criproxy_last_request_timestamp_seconds"], 64)
 		require.NoError(t, err, "pullguard_criproxy_last_request_timestamp_seconds: %v", metrics)
 		assert.WithinDuration(t, time.Now(), time.Unix(int64(last), 0), 30*time.Second, "serve's last image service call is the kubelet's, seconds ago")
 
-		out, err = sd.try("pullguard", "doctor")
+		out, err = sd.Try("pullguard", "doctor")
 		assert.NoError(t, err, "pullguard doctor: %s", out)
 		t.Logf("pullguard doctor:\n%s", out)
 		assert.Contains(t, out, "serve can read the node's credentials the kubelet reads, "+nodeConfig)
@@ -222,7 +215,7 @@ func TestRealSystemd(t *testing.T) {
 		// install gives it none: the kubelet has none): it searches the
 		// node's credentials where the kubelet does, not in /root/.docker.
 		serveHome := "unset"
-		for _, kv := range strings.Split(sd.run(t, "cat", "/proc/"+sd.show(t, "pullguard.service", "MainPID")+"/environ"), "\x00") {
+		for _, kv := range strings.Split(sd.Run(t, "cat", "/proc/"+sd.Show(t, "pullguard.service", "MainPID")+"/environ"), "\x00") {
 			if v, ok := strings.CutPrefix(kv, "HOME="); ok {
 				serveHome = v
 			}
@@ -230,10 +223,10 @@ func TestRealSystemd(t *testing.T) {
 		assert.Equal(t, home, serveHome, "serve's $HOME is the kubelet's")
 		// serve holds its store: records can only answer through serve's
 		// admin socket.
-		out, err = sd.try("pullguard", "records", "-o", "json")
+		out, err = sd.Try("pullguard", "records", "-o", "json")
 		assert.NoError(t, err, "pullguard records: %s", out)
-		assert.NotContains(t, sd.journal("pullguard.service", 0), "Failed to serve the admin socket")
-		assert.Equal(t, "srw------- root root", sd.run(t, "stat", "-c", "%A %U %G", "/run/pullguard/admin.sock"), "the admin socket: mode 0600, root's")
+		assert.NotContains(t, sd.Journal("pullguard.service", 0), "Failed to serve the admin socket")
+		assert.Equal(t, "srw------- root root", sd.Run(t, "stat", "-c", "%A %U %G", "/run/pullguard/admin.sock"), "the admin socket: mode 0600, root's")
 	}) {
 		t.FailNow()
 	}
@@ -242,19 +235,19 @@ func TestRealSystemd(t *testing.T) {
 		// A pull with a credential: serve looks the node's credentials up
 		// beside it, which runs the plugin (given to serve by install, from
 		// the kubelet's flags), inside serve's sandbox.
-		assert.Equal(t, "NotFound", sd.run(t, "/usr/local/bin/fakecri", "pull", serveSocket, "registry.example/app:1", "tenant", "tenant-pw-e2e"))
+		assert.Equal(t, "NotFound", sd.Run(t, "/usr/local/bin/fakecri", "pull", serveSocket, "registry.example/app:1", "tenant", "tenant-pw-e2e"))
 		select {
 		case line := <-report.lines:
 			// The node keyring asks for the image's repository.
 			assert.Equal(t, "ran uid=0 node-config=readable etc=read-only image=registry.example/app", line)
 		case <-time.After(60 * time.Second):
-			t.Fatalf("the plugin never reported; serve's journal:\n%s", sd.journal("pullguard.service", 0))
+			t.Fatalf("the plugin never reported; serve's journal:\n%s", sd.Journal("pullguard.service", 0))
 		}
 		// serve's own mount namespace: the node's docker config readable,
 		// /root read-only, its state directory writable.
-		pid := sd.show(t, "pullguard.service", "MainPID")
+		pid := sd.Show(t, "pullguard.service", "MainPID")
 		inServe := func(args ...string) error {
-			_, err := sd.try(append([]string{"nsenter", "-t", pid, "-m", "-r", "-w", "--"}, args...)...)
+			_, err := sd.Try(append([]string{"nsenter", "-t", pid, "-m", "-r", "-w", "--"}, args...)...)
 			return err
 		}
 		require.NoError(t, inServe("test", "-x", "/usr/local/bin/fakecri"), "in the booted root, not the host's")
@@ -262,12 +255,12 @@ func TestRealSystemd(t *testing.T) {
 		assert.Error(t, inServe("touch", "/root/e2e-write"), "/root is read-only to serve")
 		assert.Error(t, inServe("touch", "/var/lib/kubelet/e2e-write"), "the kubelet's root directory is read-only to serve")
 		assert.NoError(t, inServe("touch", "/var/lib/pullguard/e2e-write"), "serve's state directory is writable")
-		journal := sd.journal("pullguard.service", 0)
+		journal := sd.Journal("pullguard.service", 0)
 		assert.NotContains(t, journal, "could not be read", "serve read the node's docker config")
 		assert.NotContains(t, journal, "tenant-pw-e2e")
 		assert.NotContains(t, journal, "node-pw-e2e")
 
-		out := sd.run(t, "systemd-analyze", "security", "pullguard.service")
+		out := sd.Run(t, "systemd-analyze", "security", "pullguard.service")
 		m := regexp.MustCompile(`Overall exposure level for pullguard\.service: ([0-9.]+) (\S+)`).FindStringSubmatch(out)
 		require.NotNil(t, m, out)
 		score, err := strconv.ParseFloat(m[1], 64)
@@ -280,29 +273,29 @@ func TestRealSystemd(t *testing.T) {
 		// As at boot: serve down, the kubelet started. Its Wants= starts
 		// serve in the same transaction and After= holds the kubelet until
 		// serve's READY=1, so its start-up check passes at once.
-		sd.run(t, "systemctl", "stop", "pullguard.service")
-		oldServe := sd.show(t, "pullguard.service", "InvocationID")
-		sd.run(t, "systemctl", "restart", "kubelet.service")
-		assert.Equal(t, "active", sd.show(t, "pullguard.service", "ActiveState"), "the kubelet's start started serve")
-		assert.NotEqual(t, oldServe, sd.show(t, "pullguard.service", "InvocationID"))
-		ready := sd.monotonic(t, "pullguard.service", "ActiveEnterTimestampMonotonic")
-		serveStart := sd.monotonic(t, "pullguard.service", "ExecMainStartTimestampMonotonic")
-		kubeletStart := sd.monotonic(t, "kubelet.service", "ExecMainStartTimestampMonotonic")
+		sd.Run(t, "systemctl", "stop", "pullguard.service")
+		oldServe := sd.Show(t, "pullguard.service", "InvocationID")
+		sd.Run(t, "systemctl", "restart", "kubelet.service")
+		assert.Equal(t, "active", sd.Show(t, "pullguard.service", "ActiveState"), "the kubelet's start started serve")
+		assert.NotEqual(t, oldServe, sd.Show(t, "pullguard.service", "InvocationID"))
+		ready := sd.Monotonic(t, "pullguard.service", "ActiveEnterTimestampMonotonic")
+		serveStart := sd.Monotonic(t, "pullguard.service", "ExecMainStartTimestampMonotonic")
+		kubeletStart := sd.Monotonic(t, "kubelet.service", "ExecMainStartTimestampMonotonic")
 		assert.Greater(t, ready, serveStart)
 		assert.GreaterOrEqual(t, kubeletStart, ready, "the kubelet started after serve's READY=1")
 		t.Logf("serve started, READY %s later, the kubelet %s after READY", time.Duration(ready-serveStart)*time.Microsecond, time.Duration(kubeletStart-ready)*time.Microsecond)
-		sd.waitKubelet(t, "unix://"+serveSocket)
+		waitKubelet(t, sd, "unix://"+serveSocket)
 	})
 
 	t.Run("uninstall", func(t *testing.T) {
-		out, err := sd.try("pullguard", "uninstall", "--restart-kubelet")
+		out, err := sd.Try("pullguard", "uninstall", "--restart-kubelet")
 		require.NoError(t, err, "pullguard uninstall --restart-kubelet: %s", out)
 		t.Logf("pullguard uninstall --restart-kubelet:\n%s", lastLines(out, 2))
 		assert.Equal(t, before, kubeletFiles(t, root), "the kubelet's files and units are back byte for byte")
-		sd.waitKubelet(t, containerdEndpoint)
+		waitKubelet(t, sd, containerdEndpoint)
 		for _, u := range []string{"pullguard.socket", "pullguard.service"} {
-			assert.Equal(t, "disabled", sd.isEnabled(u), u)
-			assert.Equal(t, "inactive", sd.show(t, u, "ActiveState"), u)
+			assert.Equal(t, "disabled", sd.IsEnabled(u), u)
+			assert.Equal(t, "inactive", sd.Show(t, u, "ActiveState"), u)
 		}
 	})
 }
@@ -311,39 +304,6 @@ func TestRealSystemd(t *testing.T) {
 func install(t *testing.T, pkgs ...string) {
 	t.Helper()
 	require.NoError(t, debpkg.Install(pkgs...))
-}
-
-// newRoot returns a fresh copy of the cached debootstrap root, made first
-// when the cache has none for this suite and package list.
-func newRoot(t *testing.T) string {
-	t.Helper()
-	sum := sha256.Sum256([]byte(suite + " minbase " + packages))
-	cached := filepath.Join(cacheDir, "root-"+suite+"-"+hex.EncodeToString(sum[:6]))
-	if _, err := os.Stat(filepath.Join(cached, ".complete")); err != nil {
-		require.NoError(t, os.MkdirAll(cacheDir, 0o755))
-		tmp, err := os.MkdirTemp(cacheDir, ".building-")
-		require.NoError(t, err)
-		defer os.RemoveAll(tmp)
-		out, err := exec.Command("debootstrap", "--variant=minbase", "--include="+packages, suite, tmp).CombinedOutput()
-		require.NoError(t, err, "debootstrap: %s", tail(out))
-		require.NoError(t, os.WriteFile(filepath.Join(tmp, ".complete"), nil, 0o644))
-		os.RemoveAll(cached)
-		require.NoError(t, os.Rename(tmp, cached))
-	}
-	work, err := os.MkdirTemp("/var/tmp", "pullguard-e2e-systemd-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(work) })
-	root := filepath.Join(work, "root")
-	out, err := exec.Command("cp", "-a", cached, root).CombinedOutput()
-	require.NoError(t, err, "cp: %s", out)
-	return root
-}
-
-func tail(b []byte) string {
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return string(b)
 }
 
 // releaseVersion is the version of the package the suite builds.
@@ -359,7 +319,7 @@ func releaseDeb(t *testing.T) string {
 	cmd := exec.Command("go", "run", ".", "-C", repo, "-version", releaseVersion, "-dist", dist, "-arch", runtime.GOARCH)
 	cmd.Dir = filepath.Join(repo, "tools/release")
 	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "tools/release: %s", tail(out))
+	require.NoError(t, err, "tools/release: %s", bootsystemd.Tail(out))
 	debs, err := filepath.Glob(filepath.Join(dist, "pullguard_*_"+runtime.GOARCH+".deb"))
 	require.NoError(t, err)
 	require.Len(t, debs, 1, "tools/release: %s", out)
@@ -545,167 +505,16 @@ func pluginReports(t *testing.T) *reports {
 	return r
 }
 
-// systemd is a booted systemd --system: pid is its PID on the host.
-type systemd struct {
-	pid int
-}
-
-// boot starts systemd as PID 1 of a new PID and mount namespace in root
-// (docs/testing.md, "A real systemd"), and waits until it finished
-// booting: systemd, given a NOTIFY_SOCKET as in a container, sends READY=1
-// there when its start-up finished, and the datagram's credentials give
-// its PID on the host. A cleanup kills it, and everything in its
-// namespace, with SIGKILL.
-func boot(t *testing.T, root string) *systemd {
-	t.Helper()
-	notifyPath := filepath.Join(root, ".e2e-notify")
-	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
-	require.NoError(t, err)
-	t.Cleanup(func() { notify.Close() })
-	raw, err := notify.SyscallConn()
-	require.NoError(t, err)
-	var serr error
-	require.NoError(t, raw.Control(func(fd uintptr) {
-		serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, 1)
-	}))
-	require.NoError(t, serr)
-
-	script := `mount --make-rprivate / && mount --bind "$ROOT" "$ROOT" &&
-mount --rbind /sys "$ROOT/sys" && mount --rbind /dev "$ROOT/dev" && cd "$ROOT" &&
-exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin container=other NOTIFY_SOCKET=/.e2e-notify chroot . /bin/sh -c '
-mount -t proc proc /proc; mount -t tmpfs tmpfs /run; mount -t tmpfs tmpfs /tmp
-exec /lib/systemd/systemd --system --log-target=console'`
-	cmd := exec.Command("unshare", "--pid", "--mount", "--uts", "--ipc", "--fork", "/bin/sh", "-c", script)
-	cmd.Env = append(os.Environ(), "ROOT="+root)
-	logPath := filepath.Join(filepath.Dir(root), "systemd.log")
-	logFile, err := os.Create(logPath)
-	require.NoError(t, err)
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	require.NoError(t, cmd.Start())
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	sd := &systemd{}
-	t.Cleanup(func() {
-		if sd.pid > 0 {
-			_ = syscall.Kill(sd.pid, syscall.SIGKILL)
-		}
-		_ = cmd.Process.Kill()
-		<-done
-	})
-	readLog := func() string { b, _ := os.ReadFile(logPath); return tail(b) }
-
-	type msg struct {
-		pid   int
-		state string
-	}
-	msgs := make(chan msg, 16)
-	go func() {
-		buf, oob := make([]byte, 4096), make([]byte, 256)
-		for {
-			n, oobn, _, _, err := notify.ReadMsgUnix(buf, oob)
-			if err != nil {
-				close(msgs)
-				return
-			}
-			m := msg{state: string(buf[:n])}
-			if cmsgs, err := syscall.ParseSocketControlMessage(oob[:oobn]); err == nil {
-				for _, c := range cmsgs {
-					if cred, err := syscall.ParseUnixCredentials(&c); err == nil {
-						m.pid = int(cred.Pid)
-					}
-				}
-			}
-			msgs <- m
-		}
-	}()
-	deadline := time.After(120 * time.Second)
-	for {
-		select {
-		case m, ok := <-msgs:
-			require.True(t, ok, "the notify socket closed")
-			if m.pid > 0 {
-				sd.pid = m.pid
-			}
-			if strings.Contains("\n"+m.state+"\n", "\nREADY=1\n") {
-				require.Positive(t, sd.pid, "READY=1 without the sender's PID")
-				out, _ := sd.try("systemctl", "is-system-running")
-				t.Logf("systemd (PID %d on the host): %s", sd.pid, out)
-				return sd
-			}
-		case <-done:
-			t.Fatalf("unshare exited: %s", readLog())
-		case <-deadline:
-			t.Fatalf("systemd did not finish booting: %s", readLog())
-		}
-	}
-}
-
-func (sd *systemd) nsenterArgs(args ...string) []string {
-	return append([]string{"-t", strconv.Itoa(sd.pid), "-m", "-p", "-u", "-i", "-r", "-w"}, args...)
-}
-
-// try runs a command inside, with a deadline, and returns its output.
-func (sd *systemd) try(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", sd.nsenterArgs(args...)...)
-	// As root's shell (doctor searches the node's credentials with the
-	// kubelet's HOME, from its unit, not its own).
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "SYSTEMD_PAGER=", "SYSTEMD_COLORS=0"}
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
-}
-
-// run runs a command inside and fails the test when it fails.
-func (sd *systemd) run(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := sd.try(args...)
-	require.NoError(t, err, "%v: %s", args, out)
-	return out
-}
-
-// show is a property of a unit (systemctl show -p).
-func (sd *systemd) show(t *testing.T, unit, prop string) string {
-	t.Helper()
-	return sd.run(t, "systemctl", "show", "-p", prop, "--value", unit)
-}
-
-// isEnabled is `systemctl is-enabled` of a unit.
-func (sd *systemd) isEnabled(unit string) string {
-	out, _ := sd.try("systemctl", "is-enabled", unit)
-	return out
-}
-
-// journal is a unit's journal, its last n lines (all when 0).
-func (sd *systemd) journal(unit string, n int) string {
-	args := []string{"journalctl", "-u", unit, "-o", "cat"}
-	if n > 0 {
-		args = append(args, "-n", strconv.Itoa(n))
-	}
-	out, _ := sd.try(args...)
-	return out
-}
-
-// monotonic is a unit's timestamp property in µs of CLOCK_MONOTONIC.
-func (sd *systemd) monotonic(t *testing.T, unit, prop string) uint64 {
-	t.Helper()
-	v, err := strconv.ParseUint(sd.show(t, unit, prop), 10, 64)
-	require.NoError(t, err, "%s %s", unit, prop)
-	require.NotZero(t, v, "%s %s", unit, prop)
-	return v
-}
-
 // waitKubelet waits until the running kubelet stand-in's start-up check
 // (its first ImageFsInfo) passed at endpoint, following its journal; it
 // fails at once when that check failed, or was answered elsewhere.
-func (sd *systemd) waitKubelet(t *testing.T, endpoint string) {
+func waitKubelet(t *testing.T, sd *bootsystemd.System, endpoint string) {
 	t.Helper()
-	require.Equal(t, "active", sd.show(t, "kubelet.service", "ActiveState"), "kubelet.service: %s", sd.journal("kubelet.service", 10))
-	pid := sd.show(t, "kubelet.service", "MainPID")
+	require.Equal(t, "active", sd.Show(t, "kubelet.service", "ActiveState"), "kubelet.service: %s", sd.Journal("kubelet.service", 10))
+	pid := sd.Show(t, "kubelet.service", "MainPID")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "nsenter", sd.nsenterArgs("journalctl", "-u", "kubelet.service", "-o", "cat", "--no-tail", "-f")...)
+	cmd := exec.CommandContext(ctx, "nsenter", sd.NsenterArgs("journalctl", "-u", "kubelet.service", "-o", "cat", "--no-tail", "-f")...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "SYSTEMD_PAGER="}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
@@ -719,5 +528,5 @@ func (sd *systemd) waitKubelet(t *testing.T, endpoint string) {
 			return
 		}
 	}
-	t.Fatalf("the kubelet (PID %s) logged no start-up check within 60 s: %s", pid, sd.journal("kubelet.service", 10))
+	t.Fatalf("the kubelet (PID %s) logged no start-up check within 60 s: %s", pid, sd.Journal("kubelet.service", 10))
 }
