@@ -135,7 +135,17 @@ func (a *Agent) options() (nodeinstall.Options, error) {
 func (a *Agent) restarter(sd nodeinstall.Systemd, p *nodeinstall.Plan) *nodeinstall.Restarter {
 	r := &nodeinstall.Restarter{Systemd: sd, Clock: a.Clock, Interval: a.Interval}
 	if p != nil && a.Doctor != nil {
-		r.Ready = a.Doctor(p)
+		ready, last := a.Doctor(p), ""
+		// Each new problem doctor finds while the agent waits is logged:
+		// the wait lasts up to --timeout.
+		r.Ready = func(ctx context.Context) error {
+			err := ready(ctx)
+			if err != nil && err.Error() != last {
+				last = err.Error()
+				klog.InfoS("waiting for doctor's checks to pass", "problem", leak.Redact(last, a.Report.Secrets...))
+			}
+			return err
+		}
 	}
 	return r
 }
