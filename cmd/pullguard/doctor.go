@@ -63,6 +63,12 @@ type doctorOptions struct {
 	// looks for the kubelet's unit, serve's unit when not given one, and
 	// the node's docker credentials files (--host-root, install's).
 	hostRoot string
+	// reachUnder is where the node's sockets and serve's store are
+	// reached, "" for where their paths say: install's checks of a node
+	// under --host-root set it to that root, so that the node's paths
+	// (serve's socket and store, the runtime's socket from serve's unit)
+	// are compared as the node's and reached under the root.
+	reachUnder string
 }
 
 func newDoctorCommand() *cobra.Command {

@@ -374,13 +374,13 @@ func firstNonEmpty(values ...string) string {
 func (o *doctorOptions) checkServeAnswers(ctx context.Context, socket, runtime string, runtimeUp bool, add func(severity, check, what, fix string)) (answers, listening bool) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	svc, err := criruntime.NewRemote(ctx, socket, o.timeout)
+	svc, err := criruntime.NewRemote(ctx, o.onHost(socket), o.timeout)
 	if err == nil {
 		defer svc.Close(context.WithoutCancel(ctx))
 		add(severityOK, "serve-answers", fmt.Sprintf("serve answers the CRI image service on %s", socket), "")
 		return true, true
 	}
-	if ep, perr := criruntime.ParseEndpoint(socket); perr == nil {
+	if ep, perr := criruntime.ParseEndpoint(o.onHost(socket)); perr == nil {
 		var d net.Dialer
 		if c, derr := d.DialContext(ctx, "unix", strings.TrimPrefix(ep, "unix://")); derr == nil {
 			c.Close()
@@ -410,7 +410,7 @@ func (o *doctorOptions) checkRuntime(ctx context.Context, endpoint string, add f
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	svc, err := criruntime.NewRemote(ctx, endpoint, o.timeout)
+	svc, err := criruntime.NewRemote(ctx, o.onHost(endpoint), o.timeout)
 	if err == nil {
 		defer svc.Close(context.WithoutCancel(ctx))
 		_, err = svc.ImageFsInfo(ctx)
@@ -422,6 +422,22 @@ func (o *doctorOptions) checkRuntime(ctx context.Context, endpoint string, add f
 	}
 	add(severityOK, "runtime", fmt.Sprintf("the container runtime answers on %s", endpoint), "")
 	return true
+}
+
+// onHost is endpoint, a socket of the node, as doctor reaches it: under
+// reachUnder when doctor runs in a container with the node's / there
+// (install's and the node agent's checks). What doctor says names the
+// node's path; what the kubelet's settings are compared with is the
+// node's path too.
+func (o *doctorOptions) onHost(endpoint string) string {
+	if o.reachUnder == "" || o.reachUnder == "/" {
+		return endpoint
+	}
+	ep, err := criruntime.ParseEndpoint(endpoint)
+	if err != nil || !strings.HasPrefix(ep, "unix://") {
+		return endpoint
+	}
+	return "unix://" + filepath.Join(o.reachUnder, strings.TrimPrefix(ep, "unix://"))
 }
 
 // runtimeUnit guesses the systemd unit of the runtime at endpoint.
@@ -485,7 +501,9 @@ func (o *doctorOptions) checkProtection(ctx context.Context, metrics, runtime st
 // without changing it. While serve runs it holds the store, which then
 // cannot be read: that is expected of a running serve (serveRuns), healthy
 // when it also protects (serveHealthy).
-func (o *doctorOptions) checkStore(rootDir string, serveRuns, serveHealthy bool, add func(severity, check, what, fix string)) {
+func (o *doctorOptions) checkStore(nodeRootDir string, serveRuns, serveHealthy bool, add func(severity, check, what, fix string)) {
+	// The node's path in what doctor says, read where doctor reaches it.
+	rootDir := filepath.Join(firstNonEmpty(o.reachUnder, "/"), nodeRootDir)
 	dir := filepath.Join(rootDir, podworkers.TrackerDir)
 	store := filepath.Join(dir, credtracker.StoreFile)
 	if _, err := os.Stat(rootDir); err != nil {

@@ -252,17 +252,17 @@ func doctorReady(p *nodeinstall.Plan) func(context.Context) error {
 // systemd starts the kubelet now, under the host root, at each check.
 func installDoctorOptions(p *nodeinstall.Plan) *doctorOptions {
 	d := &doctorOptions{
-		serveSocket:  "unix://" + filepath.Join(p.Root, strings.TrimPrefix(p.ServeSocket, "unix://")),
+		serveSocket:  p.ServeSocket,
 		serveMetrics: p.ServeMetrics,
-		rootDir:      filepath.Join(p.Root, p.Store),
+		rootDir:      p.Store,
 		timeout:      3 * time.Second,
 	}
 	if d.serveMetrics == "" {
 		d.serveMetrics = "127.0.0.1:10264" // serve's default
 	}
-	// Paths under the host root: what serve's unit names would be the
-	// container's.
+	// The node's paths, as serve's unit names them: doctor reaches them
+	// under the host root.
 	d.set = map[string]bool{"serve-socket": true, "serve-metrics-address": true, "root-dir": true}
-	d.hostRoot = p.Root
+	d.hostRoot, d.reachUnder = p.Root, p.Root
 	return d
 }
