@@ -106,10 +106,13 @@ e2e-kubelet:
 ## e2e-fleet: a cluster of two nodes on this machine (test/kubelet's
 ## TestFleet): etcd, kube-apiserver, kube-controller-manager and
 ## kube-scheduler (built once into the Go module cache, as the kubelet is),
-## and two nodes, each with its own containerd and kubelet in a mount
-## namespace of its own; pullguard installed on each, the tenants'
-## scenarios on both, records per node, uninstall. As root; not part of
-## `make test` (see docs/testing.md for its time).
+## and two nodes, each run by a real systemd booted as PID 1 of its own PID
+## and mount namespace (a debootstrap root), each with its own containerd
+## and kubelet; pullguard installed on each, the tenants' scenarios on
+## both, records per node, secure metrics, uninstall; then the DaemonSet
+## from the release's image switching the nodes one at a time through their
+## systemd, and its uninstall mode. As root; not part of `make test` (about
+## 95 s with its binaries built; see docs/testing.md).
 e2e-fleet:
 	$(MAKE) --no-print-directory e2e-kubelet-build
 	cd test/kubelet && PULLGUARD_E2E_FLEET=1 $(GO) test -count=1 -v -timeout 60m -run '^TestFleet$$' .

@@ -372,7 +372,11 @@ func (f *fleet) daemonSetOnSystemd(t *testing.T, ctx context.Context, roots map[
 		w.step(t, fmt.Sprintf("node %d, switched by the DaemonSet: tenant B is refused", i+1), func(t *testing.T) {
 			w.refused(t, on(pod(w.b.ns, "intruder-ds-"+strconv.Itoa(i+1), appImage, ifNotPresent, withSecret), n), "team-a/app", false)
 		})
-		w.step(t, fmt.Sprintf("node %d, switched by the DaemonSet: tenant A's second pod needs no registry request", i+1), func(t *testing.T) {
+		w.step(t, fmt.Sprintf("node %d, switched by the DaemonSet: tenant A's first pod verifies (the store is new), its second needs no registry request", i+1), func(t *testing.T) {
+			// The uninstall before the DaemonSet took serve's store with
+			// it: the DaemonSet's serve starts with no record, and A's
+			// present image is verified once.
+			w.runs(t, on(pod(w.a.ns, "app-ds-first-"+strconv.Itoa(i+1), appImage, ifNotPresent, withSecret), n))
 			w.freeRun(t, on(pod(w.a.ns, "app-ds-"+strconv.Itoa(i+1), appImage, ifNotPresent, withSecret), n))
 		})
 	}
@@ -398,7 +402,10 @@ func (f *fleet) daemonSetOnSystemd(t *testing.T, ctx context.Context, roots map[
 		require.Equal(t, before[n], kubeletFiles(t, n.ns.root), "every kubelet file of %s as before the DaemonSet", n.hostname())
 		n.awaitKubeletHealthy(t, ctx)
 		flags := n.ns.sd.Run(t, "cat", "/proc/"+n.ns.sd.Show(t, "kubelet.service", "MainPID")+"/cmdline")
-		assert.NotContains(t, flags, "pullguard", "%s's kubelet runs on its own settings", n.hostname())
+		// Its own command line: no --config-dir install added, no serve's
+		// socket (the node's name holds "pullguard", its flags may too).
+		assert.NotContains(t, flags, "--config-dir", "%s's kubelet runs on its own settings", n.hostname())
+		assert.NotContains(t, flags, "pullguard.sock", "%s's kubelet runs on its own settings", n.hostname())
 	}
 	f.deleteDaemonSet(t, ctx, uds)
 }

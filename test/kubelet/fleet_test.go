@@ -48,9 +48,11 @@ const fleetLock = "pullguard-e2e-fleet.lock"
 // its secure endpoint through the API server's authentication and
 // authorization (401, 403, 200); `pullguard uninstall` gives every kubelet
 // file back. Last, deploy/daemonset runs with the release's image on both
-// nodes on a root no systemd answers for (daemonSetWithoutSystemd), then
-// its uninstall mode; with PULLGUARD_E2E_FLEET_AGENT_SYSTEMD=1, on the
-// nodes' systemd instead (daemonSetOnSystemd, not passing yet).
+// nodes' systemd (daemonSetOnSystemd): the agents switch the nodes one at
+// a time, the scenarios and the metrics pass on the switched nodes, and
+// its uninstall mode gives every kubelet file back; with
+// PULLGUARD_E2E_FLEET_NO_SYSTEMD=1, on roots no systemd answers for
+// instead (daemonSetWithoutSystemd: each agent rolls its node back).
 //
 // It runs with `make e2e-fleet` (PULLGUARD_E2E_FLEET=1, as root).
 func TestFleet(t *testing.T) {
@@ -163,13 +165,13 @@ func TestFleet(t *testing.T) {
 			n.pg.stop(15 * time.Second)
 		})
 	}
-	w1.step(t, "the DaemonSet: the release's image from the test's registry on every node; its agent rolls each node back (see docs/testing.md)", func(t *testing.T) {
-		if os.Getenv("PULLGUARD_E2E_FLEET_AGENT_SYSTEMD") == "1" {
-			// Not passing yet: see docs/testing.md.
-			f.daemonSetOnSystemd(t, ctx, roots, []*world{w1, w2}, access, appImage)
+	w1.step(t, "the DaemonSet: the release's image from the test's registry switches every node through its systemd, one at a time; its uninstall mode gives every node back", func(t *testing.T) {
+		if os.Getenv("PULLGUARD_E2E_FLEET_NO_SYSTEMD") == "1" {
+			// The agent on roots no systemd answers for: it rolls back.
+			f.daemonSetWithoutSystemd(t, ctx, roots)
 			return
 		}
-		f.daemonSetWithoutSystemd(t, ctx, roots)
+		f.daemonSetOnSystemd(t, ctx, roots, []*world{w1, w2}, access, appImage)
 	})
 	t.Logf("TestFleet took %s", time.Since(suite).Round(10*time.Millisecond))
 }
